@@ -1,0 +1,153 @@
+"""Input handling shared by every attention path (FA-2 forward, FA-1 forward, standard, backward).
+
+``prepare(q, k, v, causal, softmax_scale, window_size)`` validates and normalises the arguments before any
+launch and returns an :class:`AttnProblem`: shapes, the softmax scale, the window in key coordinates and the
+element strides the kernels index with. Layout is (batch, heads, seqlen, head_dim) with any strides; only the
+head_dim axis must be contiguous (a view that is not gets one copy). Masks are aligned to the bottom-right
+corner (FlashAttention >= 2.1): query row ``i`` sits at key position ``i + seqlen_k - seqlen_q``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _dtypes
+
+NATIVE_HEAD_DIMS = (32, 64, 96, 128, 256)
+DTYPES = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32)
+
+
+def as_cupy(x, name: str):
+    """A CuPy view of ``x`` (CuPy array, DLPack or __cuda_array_interface__ object, e.g. a torch CUDA tensor)."""
+    import cupy
+
+    if isinstance(x, cupy.ndarray):
+        return x
+    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__"):
+        try:
+            return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
+        except Exception as e:  # pragma: no cover - depends on the producer
+            raise TypeError(f"{name}: could not view {type(x).__name__} as a CuPy array: {e}") from None
+    raise TypeError(f"{name} must be a CuPy array (or a CUDA array via DLPack / __cuda_array_interface__), "
+                    f"got {type(x).__name__}")
+
+
+def padded_head_dim(d: int) -> int:
+    """The smallest native head_dim >= d (head_dims that are not native are zero-padded to it)."""
+    for n in NATIVE_HEAD_DIMS:
+        if d <= n:
+            return n
+    raise ValueError(f"head_dim {d} > 256 is not supported")
+
+
+def normalize_window(causal: bool, window_size, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """(left, right) in keys, -1 = unbounded; causal sets right = 0."""
+    try:
+        left, right = (int(w) for w in window_size)
+    except Exception:
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size entries must be >= -1, got {window_size!r}")
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    return left, right
+
+
+@dataclass
+class AttnProblem:
+    q: object
+    k: object
+    v: object
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int          # the user's head_dim
+    head_dim_padded: int   # the kernel's (native) head_dim
+    dtype: np.dtype
+    softmax_scale: float
+    causal: bool
+    window: tuple[int, int]
+
+    @property
+    def group(self) -> int:
+        return self.heads_q // self.heads_kv
+
+    def key_range(self, q_start: int, q_end: int) -> tuple[int, int]:
+        """Keys [lo, hi) that query rows [q_start, q_end) may see under the mask (empty when lo >= hi)."""
+        shift = self.seqlen_k - self.seqlen_q
+        left, right = self.window
+        hi = self.seqlen_k if right < 0 else min(self.seqlen_k, q_end - 1 + shift + right + 1)
+        lo = 0 if left < 0 else max(0, q_start + shift - left)
+        return lo, hi
+
+
+def strides_elems(a) -> tuple[int, int, int]:
+    """(batch, head, seq) strides in elements of a 4-D array whose last axis is contiguous."""
+    s = a.strides
+    it = a.itemsize
+    return s[0] // it, s[1] // it, s[2] // it
+
+
+def last_axis_contiguous(a):
+    """``a`` itself when its last axis is unit-stride and 16-byte aligned rows allow vector loads, else a copy."""
+    import cupy
+
+    it = a.itemsize
+    ok = a.shape[-1] == 1 or a.strides[-1] == it
+    ok = ok and all((st // it) % (16 // it) == 0 or n == 1 for st, n in zip(a.strides[:-1], a.shape[:-1]))
+    ok = ok and a.data.ptr % 16 == 0
+    return a if ok else cupy.ascontiguousarray(a)
+
+
+def pad_head_dim(a, d_to: int):
+    """Zero-pad the last axis of ``a`` to ``d_to`` (no copy when already that size)."""
+    import cupy
+
+    d = a.shape[-1]
+    if d == d_to:
+        return a
+    out = cupy.zeros(a.shape[:-1] + (d_to,), dtype=a.dtype)
+    out[..., :d] = a
+    return out
+
+
+def prepare(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), dtypes=DTYPES) -> AttnProblem:
+    """Validate (batch, heads, seqlen, head_dim) inputs; raise TypeError/ValueError before any launch.
+
+    Raises TypeError for non-arrays, unsupported or mixed dtypes; ValueError for wrong ranks, mismatched
+    batch/seqlen/head_dim, heads_q not divisible by heads_kv, head_dim > 256 or < 1, bad window or scale.
+    """
+    q, k, v = as_cupy(q, "q"), as_cupy(k, "k"), as_cupy(v, "v")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim != 4:
+            raise ValueError(f"{name} must have shape (batch, heads, seqlen, head_dim), got {a.shape}")
+    dt = _dtypes.check_dtype(q.dtype, dtypes, "q")
+    if k.dtype != dt or v.dtype != dt:
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, Hq, Sq, D = q.shape
+    Bk, Hkv, Sk, Dk = k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
+    if Bk != B:
+        raise ValueError(f"batch mismatch: q {q.shape} vs k {k.shape}")
+    if Dk != D:
+        raise ValueError(f"head_dim mismatch: q {q.shape} vs k {k.shape}")
+    if D < 1 or D > 256:
+        raise ValueError(f"head_dim must be in [1, 256], got {D} (q {q.shape})")
+    if Hkv < 1 or Hq % Hkv:
+        raise ValueError(f"heads_q ({Hq}) must be a multiple of heads_kv ({Hkv})")
+    dev = q.device.id
+    if k.device.id != dev or v.device.id != dev:
+        raise ValueError("q, k, v must be on the same device")
+    if softmax_scale is None:
+        scale = 1.0 / math.sqrt(D)
+    else:
+        scale = float(softmax_scale)
+        if not math.isfinite(scale):
+            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    window = normalize_window(bool(causal), window_size, Sq, Sk)
+    return AttnProblem(q, k, v, B, Hq, Hkv, Sq, Sk, D, padded_head_dim(D), dt, scale, bool(causal), window)

@@ -1,0 +1,209 @@
+"""The one place that turns ``cuda_src/`` into CuPy kernels.
+
+Every wrapper asks :func:`get_kernel` for a kernel by (source file, C++ name expression). The first call
+compiles the source with NVRTC through ``cupy.RawModule`` (templates instantiated by ``name_expressions``);
+later calls are a dictionary lookup keyed by a cheap tuple, so a small launch costs little more than a bare
+``cupy.RawKernel`` launch.
+
+Why the options carry a hash of ``cuda_src/``: CuPy's on-disk kernel cache hashes the source string and the
+options, but not the contents of ``#include``d headers. An edited ``.cuh`` would otherwise be served as a stale
+cubin. ``-DCUFLASH_SRC_HASH=<sha256 of every file under cuda_src/>`` makes any edit a new cache key.
+
+Wrappers *declare* each instantiation they can launch with :func:`declare`; :func:`declared` lists them all,
+and :func:`compile_offline` compiles one with NVRTC directly (no GPU, no driver) for the CI compile check,
+with the same sources and options as the runtime path.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+SRC_DIR = Path(__file__).resolve().parent.parent / "cuda_src"
+
+# Options every kernel is built with (CuPy itself adds -ftz=true at run time; compile_offline adds it too).
+BASE_OPTIONS = ("-std=c++17",)
+
+
+class ConfigurationError(ValueError):
+    """A kernel configuration that cannot run on this device (e.g. too much shared memory)."""
+
+
+@functools.lru_cache(maxsize=None)
+def source_hash() -> str:
+    """sha256 over every file under cuda_src/ (names and contents), first 16 hex digits."""
+    h = hashlib.sha256()
+    for p in sorted(SRC_DIR.rglob("*")):
+        if p.is_file() and p.suffix in (".cu", ".cuh", ".h"):
+            h.update(str(p.relative_to(SRC_DIR)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_include_dir() -> str | None:
+    """The CUDA toolkit's include folder (for cuda_fp16.h / cuda_bf16.h), or None if not found."""
+    try:
+        from cuda import pathfinder
+
+        d = pathfinder.find_nvidia_header_directory("cudart")
+        if d:
+            return str(d)
+    except Exception:  # pragma: no cover - depends on the installation
+        pass
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and Path(root, "include", "cuda_fp16.h").is_file():
+            return str(Path(root, "include"))
+    return None
+
+
+def options(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The full NVRTC option tuple for a kernel (include paths, source hash, then ``extra``)."""
+    opts = list(BASE_OPTIONS) + [f"-I{SRC_DIR}", f"-DCUFLASH_SRC_HASH=0x{source_hash()}"]
+    inc = cuda_include_dir()
+    if inc:
+        opts.append(f"-I{inc}")
+    return tuple(opts) + tuple(extra)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Declarations: what the package can launch (the CI compile check walks this list).
+_DECLARED: list[tuple[str, str, tuple[str, ...], bool]] = []
+
+
+def declare(source: str, names, extra_options: tuple[str, ...] = (), release: bool = True) -> None:
+    """Record that ``source`` is launched with these name expressions (for the offline compile check).
+
+    ``release=False`` marks a study configuration (e.g. a tile sweep point) where spills are reported but
+    are not a failure.
+    """
+    for n in names:
+        entry = (source, n, tuple(extra_options), release)
+        if entry not in _DECLARED:
+            _DECLARED.append(entry)
+
+
+def declared() -> list[tuple[str, str, tuple[str, ...], bool]]:
+    """Every (source, name, extra_options, release) the package declares; imports all wrapper modules."""
+    import cuflash  # noqa: F401  (the wrappers declare at import time)
+
+    return list(_DECLARED)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Run time: RawModule per (source, name, options, device), kept in memory.
+_MODULES: dict = {}
+_KERNELS: dict = {}
+
+
+def _device_arch(device_id: int) -> str:
+    import cupy
+
+    return cupy.cuda.Device(device_id).compute_capability
+
+
+def get_kernel(source: str, name: str, extra_options: tuple[str, ...] = ()):
+    """Return the ``cupy.RawKernel`` for C++ name expression ``name`` in ``cuda_src/<source>``.
+
+    Compiled for the current device on first use; cached in memory afterwards (and on disk by CuPy, keyed
+    by the source hash in the options). Launches go to the current CuPy stream.
+    """
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    key = (source, name, extra_options, dev)
+    k = _KERNELS.get(key)
+    if k is not None:
+        return k
+    code = (SRC_DIR / source).read_text()
+    mod = cupy.RawModule(code=code, options=options(extra_options), name_expressions=(name,))
+    k = mod.get_function(name)
+    _MODULES[key] = mod
+    _KERNELS[key] = k
+    return k
+
+
+@functools.lru_cache(maxsize=None)
+def max_shared_optin(device_id: int) -> int:
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(device_id)["sharedMemPerBlockOptin"]
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device_id: int) -> int:
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
+
+
+def launch(kernel, grid, block, args, shared_mem: int = 0, what: str = "") -> None:
+    """Launch ``kernel`` on the current stream; raise ConfigurationError if the shared memory does not fit.
+
+    Dynamic shared memory above 48 KiB is requested explicitly (``cudaFuncAttributeMaxDynamicSharedMemorySize``).
+    """
+    if shared_mem > 48 * 1024:
+        import cupy
+
+        dev = cupy.cuda.runtime.getDevice()
+        limit = max_shared_optin(dev)
+        if shared_mem > limit:
+            raise ConfigurationError(
+                f"{what or kernel.name}: needs {shared_mem} bytes of shared memory per block, "
+                f"the device allows {limit}")
+        if kernel.max_dynamic_shared_size_bytes < shared_mem:
+            kernel.max_dynamic_shared_size_bytes = shared_mem
+    kernel(grid, block, args, shared_mem=shared_mem)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Offline: NVRTC directly, no GPU needed.
+_PTXAS_RE = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "stack": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "smem": re.compile(r"(\d+) bytes smem"),
+}
+
+
+def compile_offline(source: str, name: str, arch: str = "90", extra_options: tuple[str, ...] = ()) -> dict:
+    """Compile one instantiation with NVRTC for ``sm_<arch>`` without a GPU; return ptxas's resource report.
+
+    Returns a dict with ``registers``, ``stack``, ``spill_stores``, ``spill_loads``, ``smem`` (static bytes),
+    ``cubin_bytes`` and the raw ``log``. Raises RuntimeError with the compiler log on a compile error.
+    """
+    from cupy_backends.cuda.libs import nvrtc
+
+    code = (SRC_DIR / source).read_text()
+    opts = list(options(extra_options)) + ["-ftz=true", f"--gpu-architecture=sm_{arch}", "--ptxas-options=-v"]
+    prog = nvrtc.createProgram(code, source, [], [])
+    try:
+        nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as e:
+            raise RuntimeError(f"{source} {name} sm_{arch}: {e}\n{nvrtc.getProgramLog(prog)}") from None
+        log = nvrtc.getProgramLog(prog)
+        lowered = nvrtc.getLoweredName(prog, name)
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    # ptxas reports every entry in the program; keep the block of the requested one.
+    block = log
+    i = log.find(f"Compiling entry function '{lowered}'")
+    if i >= 0:
+        j = log.find("Compiling entry function", i + 10)
+        block = log[i: j if j > 0 else len(log)]
+    rep = {k: int(m.group(1)) if (m := r.search(block)) else 0 for k, r in _PTXAS_RE.items()}
+    rep.update(cubin_bytes=len(cubin), log=log, lowered=lowered)
+    return rep
+
+
+def typed(x, ctype=np.int32):
+    """A Python scalar as an explicitly typed NumPy scalar (RawKernel otherwise passes 64-bit)."""
+    return ctype(x)

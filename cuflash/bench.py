@@ -1,0 +1,162 @@
+"""Timing, error metrics and result files: the numbers every report row is made of.
+
+Timing follows the usual GPU method: CUDA events around the region on the current stream, warm-up first,
+the median of many repetitions, and inputs either larger than L2 or rotated between calls (pass several
+argument sets to :func:`time_cuda`), with an optional L2 flush before every repetition.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "experiments" / "results"
+PLOTS = ROOT / "plots"
+
+
+def has_gpu() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+_FLUSH = {}
+
+
+def flush_l2() -> None:
+    """Write a buffer twice the L2 size so that the next kernel reads its inputs from HBM."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    buf = _FLUSH.get(dev)
+    if buf is None:
+        l2 = cupy.cuda.runtime.getDeviceProperties(dev)["l2CacheSize"]
+        buf = _FLUSH[dev] = cupy.empty(2 * max(l2, 1 << 20) // 4, dtype=np.float32)
+    buf.fill(1.0)
+
+
+def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False) -> dict:
+    """Time ``fn(*args)`` with CUDA events; returns {'median_ms', 'min_ms', 'p20_ms', 'p80_ms', 'n'}.
+
+    ``arg_sets`` are tuples of arguments rotated between repetitions (several sets whose total exceeds L2
+    keep the cache from serving the inputs); with none, ``fn()`` is called. ``flush=True`` also flushes L2
+    before every repetition (the flush itself is outside the timed region).
+    """
+    import cupy
+
+    sets = arg_sets or ((),)
+    for i in range(warmup):
+        fn(*sets[i % len(sets)])
+    stream = cupy.cuda.get_current_stream()
+    times = []
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    for i in range(rep):
+        if flush:
+            flush_l2()
+        start.record(stream)
+        fn(*sets[i % len(sets)])
+        end.record(stream)
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end))
+    t = np.asarray(times)
+    return {"median_ms": float(np.median(t)), "min_ms": float(t.min()), "p20_ms": float(np.percentile(t, 20)),
+            "p80_ms": float(np.percentile(t, 80)), "n": rep}
+
+
+def errors(out, ref) -> dict:
+    """max abs error and max rel error (|out-ref| / max(|ref|, tiny)) over finite reference entries, and NaN count."""
+    o = out.get() if hasattr(out, "get") else np.asarray(out)
+    o = o.astype(np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    both_nan = np.isnan(o) & np.isnan(r)
+    same_inf = np.isinf(o) & np.isinf(r) & (np.sign(o) == np.sign(r))
+    fin = np.isfinite(r)
+    d = np.abs(o - r)
+    bad = ~(both_nan | same_inf | fin)  # non-finite ref not matched
+    mismatch = int(bad.sum() + (~np.isfinite(o) & fin).sum())
+    d = np.where(fin & np.isfinite(o), d, 0.0)
+    rel = d / np.maximum(np.abs(r), 1e-30)
+    rel = np.where(np.abs(r) > 0, rel, 0.0)
+    return {"max_abs_err": float(d.max(initial=0.0)), "max_rel_err": float(rel.max(initial=0.0)),
+            "mean_abs_err": float(d.mean()) if d.size else 0.0, "nonfinite_mismatch": mismatch}
+
+
+def git_commit() -> str:
+    try:
+        c = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cuflash", "cuda_src"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (c or "unknown") + ("+dirty" if dirty else "")
+    except Exception:
+        return os.environ.get("CUFLASH_COMMIT", "unknown")
+
+
+def environment() -> dict:
+    """GPU name, SM count, L2, driver/runtime and library versions, commit, command, time."""
+    env = {"commit": os.environ.get("CUFLASH_COMMIT") or git_commit(), "command": " ".join(sys.argv),
+           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import cupy
+
+        env["cupy"] = cupy.__version__
+        if has_gpu():
+            dev = cupy.cuda.runtime.getDevice()
+            p = cupy.cuda.runtime.getDeviceProperties(dev)
+            env.update(gpu=p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"]),
+                       sm_count=p["multiProcessorCount"], l2_bytes=p["l2CacheSize"],
+                       compute_capability=f"{p['major']}.{p['minor']}",
+                       driver=cupy.cuda.runtime.driverGetVersion(), runtime=cupy.cuda.runtime.runtimeGetVersion())
+        else:
+            env["gpu"] = None
+    except Exception as e:  # pragma: no cover
+        env["gpu"] = None
+        env["cupy_error"] = repr(e)
+    return env
+
+
+def write_results(name: str, rows: list[dict], meta: dict | None = None, csv: bool = True) -> Path:
+    """Write ``experiments/results/<name>.json`` (environment + meta + rows) and ``<name>.csv``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    doc = {"environment": environment(), "meta": meta or {}, "rows": rows}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=1, default=_jsonable))
+    if csv and rows:
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        lines = [",".join(cols)] + [",".join(_csv(r.get(c, "")) for c in cols) for r in rows]
+        (RESULTS / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    return str(o)
+
+
+def _csv(v) -> str:
+    s = f"{v:.6g}" if isinstance(v, float) else str(v)
+    return f'"{s}"' if "," in s else s
+
+
+def table(rows: list[dict], cols: list[str]) -> str:
+    """A Markdown table of ``rows`` restricted to ``cols`` (floats to 4 significant digits)."""
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
+                                      for c in cols) + " |")
+    return "\n".join(out)

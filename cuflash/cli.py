@@ -1,0 +1,69 @@
+"""The ``cuflash`` console command: the experiments and the report from one entry point.
+
+    cuflash sweep  [args]   attention tile sweep (experiments/tile_sweep.py): the main job
+    cuflash report [args]   Markdown report from experiments/results (experiments/report.py)
+    cuflash run NAME [args] any experiment script experiments/NAME.py
+    cuflash info            GPU, CuPy, NVRTC and the compile cache key
+
+The experiment scripts live in the checkout's ``experiments/`` folder (an editable install, as README
+does it); they use the public API only.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from .bench import ROOT
+
+COMMANDS = {"sweep": "tile_sweep", "report": "report"}
+
+
+def _run_script(name: str, argv: list[str]) -> int:
+    path = ROOT / "experiments" / f"{name}.py"
+    if not path.is_file():
+        print(f"cuflash: no experiment script {path} (run from a source checkout: pip install -e .)",
+              file=sys.stderr)
+        return 2
+    spec = importlib.util.spec_from_file_location(f"cuflash_experiment_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.argv = [str(path)] + argv
+    spec.loader.exec_module(mod)
+    rc = mod.main(argv) if hasattr(mod, "main") else 0
+    return int(rc or 0)
+
+
+def info() -> int:
+    from . import _compile, bench
+
+    env = bench.environment()
+    for k, v in env.items():
+        print(f"{k:>20}: {v}")
+    print(f"{'cuda_src hash':>20}: {_compile.source_hash()}")
+    print(f"{'CUDA headers':>20}: {_compile.cuda_include_dir()}")
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        print(f"{'NVRTC':>20}: {nvrtc.getVersion()}")
+    except Exception as e:
+        print(f"{'NVRTC':>20}: not found ({e})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "info":
+        return info()
+    if cmd == "run" and rest:
+        return _run_script(rest[0], rest[1:])
+    if cmd in COMMANDS:
+        return _run_script(COMMANDS[cmd], rest)
+    print(f"cuflash: unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
