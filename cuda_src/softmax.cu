@@ -1,0 +1,516 @@
+// softmax.cu — row softmax, log_softmax, logsumexp and online-softmax state over rows of length n.
+//
+// A row is n contiguous elements; rows are ld elements apart (64-bit offsets, any ld). Every kernel keeps the
+// online state (m, l) of cuflash/online_softmax.cuh per thread over several elements, merges it across the
+// lanes of a warp by shuffles, across warps through shared memory, and across blocks through a workspace.
+//
+//   version 1, softmax_cached   ("online", one read): the row (or a chunk of it) is loaded once into registers,
+//              16-byte vectors, G threads per row: G <= 32 is a warp or part of one (short rows, several rows
+//              per block, no shared memory); G = THREADS is a block per row. Reads n, writes n.
+//              With K > 1 chunks per row (long rows, or fewer rows than SMs) each block takes a ticket, holds
+//              its chunk in registers, publishes its partial state to the workspace, waits until the K
+//              partial states of its row are there, merges them (same order in every block) and writes its
+//              chunk: still one read. Tickets are taken in the order blocks start, so a block waits only on
+//              blocks that already run or on blocks that can start; with K <= the blocks that fit on the
+//              GPU at once no wait can deadlock (the host checks K against the occupancy).
+//   version 3, softmax_split ("online", long rows or few rows: one HBM read, software-pipelined): ticket t reduces
+//              chunk t and publishes its state (phase 1), then normalises chunk t - D (phase 2): it waits until
+//              the K states of that chunk's row are published, merges them, re-reads the chunk (from L2: it
+//              was read only D tickets earlier) and writes it. A block waits only after publishing, and only
+//              on chunks with smaller tickets (D >= K): no deadlock at any row length, no residency limit;
+//              the wait is almost never felt because D spans a wave of blocks. Reads n from HBM (n more from
+//              L2 while D chunks fit there), writes n.
+//   version 2, softmax_partial + softmax_normalise / softmax_finalize  (any length, streaming):
+//              stage 1 reduces chunks of rows to partial states in the workspace; stage 2 merges the K
+//              partials of a row in every block and normalises (softmax: reads 2n, writes n) or writes lse /
+//              the state (reads n). The "safe" method runs stage 1 twice (max, then sum of exp(x - max)) and
+//              reads 3n; the "naive" method sums exp(x) with no max (overflows by design).
+// Vector slots: a row starting h elements past a 16-byte boundary is read as aligned 16-byte slots from
+// x_row - h; the first and last slots are read element by element (scalar head and tail), the others as one
+// 16-byte load. Input and output rows share h (the host guarantees it or copies the input).
+#include "cuflash/common.cuh"
+#include "cuflash/reduce.cuh"
+#include "cuflash/online_softmax.cuh"
+
+namespace cuflash {
+
+enum { OP_SOFTMAX = 0, OP_LOG_SOFTMAX = 1, OP_LSE = 2, OP_STATE = 3 };
+enum { MODE_ONLINE = 0, MODE_MAX = 1, MODE_SUMEXP = 2, MODE_NAIVE = 3 };
+
+template <typename T> __device__ __forceinline__ T to_out(float a) { return from_float<T>(a); }
+template <typename T> __device__ __forceinline__ T to_out(double a) { return from_double<T>(a); }
+
+template <typename A, typename B> struct same_t { static constexpr bool value = false; };
+template <typename A> struct same_t<A, A> { static constexpr bool value = true; };
+
+// A 16-byte slot of VEC = 16 / sizeof(T) elements kept as four raw 32-bit words: 16-bit elements stay packed in
+// pairs whichever way the slot was filled (one vector load, or element loads at a row's head and tail), so the
+// register-cached row costs four registers per slot. (Element-wise copies of __nv_bfloat16 values would unpack
+// them into one register each.)
+template <typename T> struct alignas(16) Slot {
+  static constexpr int VEC = 16 / sizeof(T);
+  unsigned w[4];
+  __device__ __forceinline__ static Slot load(const T* p) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    return {{u.x, u.y, u.z, u.w}};
+  }
+  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]); }
+  // streaming store (evict-first): output that nothing reads soon stays out of the way of L2 re-reads
+  __device__ __forceinline__ void store_cs(T* p) const { __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3])); }
+  __device__ __forceinline__ static Slot neg_inf() {  // -inf in every element (constant bits)
+    const unsigned a = same_t<T, __half>::value ? 0xFC00FC00u : same_t<T, __nv_bfloat16>::value ? 0xFF80FF80u
+                     : same_t<T, float>::value ? 0xFF800000u : 0u;
+    const unsigned b = same_t<T, double>::value ? 0xFFF00000u : a;  // double: low word 0, high word 0xFFF00000
+    return {{a, b, a, b}};
+  }
+  // element k (k a compile-time constant after unrolling) widened to the accumulator type
+  __device__ __forceinline__ typename Acc<T>::type get(int k) const {
+    if constexpr (same_t<T, float>::value) return __uint_as_float(w[k]);
+    else if constexpr (same_t<T, double>::value) return __hiloint2double((int)w[2 * k + 1], (int)w[2 * k]);
+    else if constexpr (same_t<T, __half>::value) return __half2float(__ushort_as_half((unsigned short)(w[k >> 1] >> (16 * (k & 1)))));
+    else return __uint_as_float((k & 1) ? (w[k >> 1] & 0xFFFF0000u) : (w[k >> 1] << 16));
+  }
+  // set elements k and k + 1 (16-bit types: one word) from accumulator values
+  template <typename A> __device__ __forceinline__ void put2(int k, A a, A b) {
+    if constexpr (same_t<T, float>::value) { w[k] = __float_as_uint(a); w[k + 1] = __float_as_uint(b); }
+    else if constexpr (same_t<T, double>::value) {
+      w[2 * k] = (unsigned)__double2loint(a); w[2 * k + 1] = (unsigned)__double2hiint(a);
+      w[2 * k + 2] = (unsigned)__double2loint(b); w[2 * k + 3] = (unsigned)__double2hiint(b);
+    } else if constexpr (same_t<T, __half>::value)
+      w[k >> 1] = (unsigned)__half_as_ushort(__float2half_rn(a)) | ((unsigned)__half_as_ushort(__float2half_rn(b)) << 16);
+    else
+      w[k >> 1] = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
+                  ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16);
+  }
+  // raw bits of element k, as stored
+  __device__ __forceinline__ unsigned long long bits(int k) const {
+    if constexpr (sizeof(T) == 8) return ((unsigned long long)w[2 * k + 1] << 32) | w[2 * k];
+    else if constexpr (sizeof(T) == 4) return w[k];
+    else return (w[k >> 1] >> (16 * (k & 1))) & 0xFFFFu;
+  }
+};
+
+// Elements before the row start inside its first 16-byte slot.
+template <typename T> __device__ __forceinline__ int head_of(const T* row) {
+  return (int)((reinterpret_cast<unsigned long long>(row) & 15ull) / sizeof(T));
+}
+
+// A chunk of a row as 16-byte slots: slot j holds elements base[j·VEC .. j·VEC + VEC); only offsets in [lo, hi)
+// belong to the row (lo > 0 only for the head of chunk 0, hi < slots·VEC only at the row's tail).
+// All offsets inside a chunk are 32-bit; the chunk's base is a 64-bit pointer.
+struct ChunkRange {
+  i64 first;  // element index (in the row) of the chunk's slot 0; negative by the head h for chunk 0
+  int lo, hi, nslots;
+};
+template <int VEC>
+__device__ __forceinline__ ChunkRange chunk_range(int h, i64 n, i64 v0, i64 max_slots) {
+  const i64 nvec = (h + n + VEC - 1) / VEC;
+  ChunkRange c;
+  c.nslots = (int)max(min(nvec - v0, max_slots), (i64)0);
+  c.first = v0 * VEC - h;
+  c.lo = (int)max(-c.first, (i64)0);
+  c.hi = (int)min(n - c.first, (i64)c.nslots * VEC);
+  return c;
+}
+
+// L2 eviction policies for the split's two reads of a chunk: keep it (evict_last) until its re-read, which
+// marks it evict_first.
+__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
+  unsigned long long p;
+  if (keep) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint4 load16_hint(const void* p, unsigned long long pol) {
+  uint4 r;
+  asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+  return r;
+}
+
+// Slot at element offset e of a chunk: one 16-byte load when it lies inside the row (with an L2 policy when
+// HINT), else element loads (the scalar head and tail) padded with -inf.
+template <typename T, bool HINT = false>
+__device__ __forceinline__ Slot<T> load_slot(const T* base, int e, int lo, int hi, unsigned long long pol = 0) {
+  constexpr int VEC = Slot<T>::VEC;
+  if (e >= lo && e + VEC <= hi) {
+    if (!HINT) return Slot<T>::load(base + e);
+    const uint4 u = load16_hint(base + e, pol);
+    return {{u.x, u.y, u.z, u.w}};
+  }
+  Slot<T> r = Slot<T>::neg_inf();
+  if constexpr (sizeof(T) == 2) {
+    const unsigned short* b = reinterpret_cast<const unsigned short*>(base);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int e0 = e + 2 * q, e1 = e0 + 1;
+      const unsigned lo16 = (e0 >= lo && e0 < hi) ? (unsigned)b[e0] : (r.w[q] & 0xFFFFu);
+      const unsigned hi16 = (e1 >= lo && e1 < hi) ? (unsigned)b[e1] : (r.w[q] >> 16);
+      r.w[q] = lo16 | (hi16 << 16);
+    }
+  } else if constexpr (sizeof(T) == 4) {
+    const unsigned* b = reinterpret_cast<const unsigned*>(base);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (e + k >= lo && e + k < hi) r.w[k] = b[e + k];
+  } else {
+    const unsigned long long* b = reinterpret_cast<const unsigned long long*>(base);
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      if (e + k >= lo && e + k < hi) {
+        const unsigned long long u = b[e + k];
+        r.w[2 * k] = (unsigned)u;
+        r.w[2 * k + 1] = (unsigned)(u >> 32);
+      }
+  }
+  return r;
+}
+
+template <typename T, bool STREAMING = false>
+__device__ __forceinline__ void store_slot(T* base, const Slot<T>& r, int e, int lo, int hi) {
+  constexpr int VEC = Slot<T>::VEC;
+  if (e >= lo && e + VEC <= hi) {
+    if (STREAMING) r.store_cs(base + e);
+    else r.store(base + e);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    if (e + k >= lo && e + k < hi) {
+      if constexpr (sizeof(T) == 2) reinterpret_cast<unsigned short*>(base)[e + k] = (unsigned short)r.bits(k);
+      else if constexpr (sizeof(T) == 4) reinterpret_cast<unsigned*>(base)[e + k] = (unsigned)r.bits(k);
+      else reinterpret_cast<unsigned long long*>(base)[e + k] = r.bits(k);
+    }
+  }
+}
+
+// Max over a thread's slots (padding is -inf), NaN-propagating. 16-bit types compare packed pairs (exact).
+template <typename T, int NV>
+__device__ __forceinline__ typename Acc<T>::type thread_max(const Slot<T> (&buf)[NV]) {
+  typedef typename Acc<T>::type A;
+  if constexpr (sizeof(T) == 2) {
+    unsigned m2 = buf[0].w[0];
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if constexpr (same_t<T, __half>::value) asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(m2) : "r"(m2), "r"(buf[i].w[q]));
+        else asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(m2) : "r"(m2), "r"(buf[i].w[q]));
+      }
+    Slot<T> t;
+    t.w[0] = m2;
+    return nan_max(t.get(0), t.get(1));
+  } else {
+    A m = buf[0].get(0);
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+#pragma unroll
+      for (int k = 0; k < Slot<T>::VEC; ++k) m = nan_max(m, buf[i].get(k));
+    return m;
+  }
+}
+
+// Fold U slots (-inf padded) into a state: one max over all of them, one rescale of the running sum, then one
+// exp per element (none when the running max is -inf).
+template <typename T, int U, typename A>
+__device__ __forceinline__ void accumulate(SoftmaxState<A>& s, const Slot<T> (&buf)[U], int mode, A m_row) {
+  constexpr int VEC = Slot<T>::VEC;
+  if (mode == MODE_NAIVE) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) s.l += exp_fast(buf[u].get(k));
+    return;
+  }
+  const A mv = thread_max(buf);
+  if (mode == MODE_MAX) { s.m = nan_max(s.m, mv); return; }
+  const A mn = mode == MODE_SUMEXP ? m_row : nan_max(s.m, mv);
+  if (mn == -(A)INFINITY) return;  // everything so far is -inf: the state stays empty
+  A acc = 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const A x = buf[u].get(k);
+      acc += exp_fast(x == mn ? (A)0 : x - mn);  // x = m = +inf counts 1
+    }
+  s.l = (mode == MODE_SUMEXP ? s.l : s.l * rescale(s.m, mn)) + acc;
+  s.m = mn;
+}
+
+// The output of a slot from the row's final state.
+template <typename T, typename A>
+__device__ __forceinline__ Slot<T> output_slot(const Slot<T>& r, int op, A m, A c) {
+  Slot<T> o;
+#pragma unroll
+  for (int k = 0; k < Slot<T>::VEC; k += 2) {
+    const A x0 = r.get(k), x1 = r.get(k + 1);
+    if (op == OP_SOFTMAX) o.put2(k, softmax_of(x0, m, c), softmax_of(x1, m, c));
+    else o.put2(k, log_softmax_of(x0, m, c), log_softmax_of(x1, m, c));
+  }
+  return o;
+}
+
+template <typename A> __device__ __forceinline__ A output_const(const SoftmaxState<A>& s, int op) {
+  return op == OP_SOFTMAX ? softmax_scale(s) : log_acc(s.l);
+}
+
+// Merge the K partial states of a row (ws[0..K)) with every thread of the block; every block that merges the
+// same K states gets the same bits (fixed order). Partials are read through L2 (__ldcg): other blocks wrote them.
+template <typename A>
+__device__ __forceinline__ SoftmaxState<A> merge_partials(const SoftmaxState<A>* ws, int K, SoftmaxState<A>* smem) {
+  SoftmaxState<A> s = SoftmaxState<A>::identity();
+  for (int j = threadIdx.x; j < K; j += blockDim.x) {
+    SoftmaxState<A> p;
+    p.m = __ldcg(&ws[j].m);
+    p.l = __ldcg(&ws[j].l);
+    s = merge(s, p);
+  }
+  return block_allreduce(s, MergeOp(), smem);
+}
+
+// Per-row results of the reduction ops.
+template <typename T, typename A>
+__device__ __forceinline__ void write_row_result(int op, i64 row, const SoftmaxState<A>& s, T* y, A* out_m,
+                                                 A* out_l) {
+  if (op == OP_LSE) y[row] = to_out<T>(lse_of(s));
+  else { out_m[row] = s.m; out_l[row] = s.l; }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// version 1: the row held on chip.
+//   G threads per row (G <= 32: THREADS / G rows per block; G == THREADS: one row or chunk per block),
+//   NV slots of 16 bytes per thread: a group holds G·NV slots. K > 1: chunks of S slots, single read.
+template <typename T, int G, int THREADS, int NV>
+__global__ void __launch_bounds__(THREADS, (NV * THREADS > 4096 ? 1 : 1024 / THREADS))  // 64 registers (NV 16: 128)
+softmax_cached(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op,
+               typename Acc<T>::type* __restrict__ out_m, typename Acc<T>::type* __restrict__ out_l,
+               int K, int S, int* __restrict__ counters, SoftmaxState<typename Acc<T>::type>* __restrict__ ws) {
+  typedef typename Acc<T>::type A;
+  typedef SoftmaxState<A> St;
+  constexpr int VEC = Slot<T>::VEC;
+  static_assert(G <= 32 || G == THREADS, "a group is part of a warp or the whole block");
+  __shared__ St smem[32];
+  __shared__ int s_ticket;
+
+  const int t = G == THREADS ? threadIdx.x : threadIdx.x % G;  // thread within its row group
+  i64 row, chunk = 0;
+  if (K > 1) {  // take a ticket: chunks are handed out in the order blocks start
+    if (threadIdx.x == 0) s_ticket = atomicAdd(counters, 1);
+    __syncthreads();
+    row = s_ticket / K;
+    chunk = s_ticket % K;
+  } else {
+    row = (i64)blockIdx.x * (THREADS / G) + threadIdx.x / G;
+  }
+  const bool active = row < rows;
+  const T* xr = x + (active ? row : 0) * ldx;
+  const int h = head_of(xr);
+  const ChunkRange c = chunk_range<VEC>(h, active ? n : 0, chunk * S, K > 1 ? (i64)S : (i64)G * NV);
+  const T* xb = xr + c.first;
+
+  Slot<T> buf[NV];  // the row (chunk), in registers; -inf past its end
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int j = t + i * G;
+    buf[i] = j < c.nslots ? load_slot<T>(xb, j * VEC, c.lo, c.hi) : Slot<T>::neg_inf();
+  }
+  // thread state: the max, then one exp per element (none for padding slots, none when all is -inf)
+  const A m = thread_max(buf);
+  A l = 0;
+  if (m != -(A)INFINITY) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      if (t + i * G < c.nslots) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const A xv = buf[i].get(k);
+          l += exp_fast(xv == m ? (A)0 : xv - m);  // x = m = +inf counts 1
+        }
+      }
+    }
+  }
+  St s{m, l};
+  if (G <= 32) s = warp_allreduce<(G <= 32 ? G : 32)>(s, MergeOp());
+  else s = block_allreduce(s, MergeOp(), smem);
+
+  if (K > 1) {  // publish this chunk's state, wait for the row's K states, merge them
+    if (threadIdx.x == 0) {
+      __stcg(&ws[row * K + chunk].m, s.m);
+      __stcg(&ws[row * K + chunk].l, s.l);
+      __threadfence();
+      atomicAdd(&counters[1 + row], 1);
+      volatile int* done = counters + 1 + row;
+      while (*done < K) __nanosleep(100);
+      __threadfence();
+    }
+    __syncthreads();
+    s = merge_partials(ws + row * K, K, smem);
+  }
+  if (!active) return;
+  if (op >= OP_LSE) {
+    if (t == 0 && chunk == 0) write_row_result(op, row, s, y, out_m, out_l);
+    return;
+  }
+  const A oc = output_const(s, op);
+  T* yb = y + row * ldy + c.first;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int j = t + i * G;
+    if (j < c.nslots) store_slot<T>(yb, output_slot<T>(buf[i], op, s.m, oc), j * VEC, c.lo, c.hi);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// version 2: streaming. Block b takes chunk b % K (S slots) of row b / K. U slots in flight per thread.
+template <typename T, int THREADS, int U>
+__global__ void __launch_bounds__(THREADS, 1)
+softmax_partial(const T* __restrict__ x, i64 ldx, i64 rows, i64 n, int K, i64 S, int mode,
+                const SoftmaxState<typename Acc<T>::type>* __restrict__ prev,
+                SoftmaxState<typename Acc<T>::type>* __restrict__ ws) {
+  typedef typename Acc<T>::type A;
+  typedef SoftmaxState<A> St;
+  constexpr int VEC = Slot<T>::VEC;
+  __shared__ St smem[32];
+  const i64 row = blockIdx.x / K, chunk = blockIdx.x % K;
+  const T* xr = x + row * ldx;
+  const ChunkRange c = chunk_range<VEC>(head_of(xr), n, chunk * S, S);
+  const T* xb = xr + c.first;
+  const A m_row = mode == MODE_SUMEXP ? merge_partials(prev + row * K, K, smem).m : (A)0;
+  St s = St::identity();
+  if (mode == MODE_NAIVE) s.m = 0;
+  for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
+    Slot<T> buf[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      buf[u] = base + u * THREADS < c.nslots ? load_slot<T>(xb, (base + u * THREADS) * VEC, c.lo, c.hi)
+                                             : Slot<T>::neg_inf();
+    accumulate<T, U>(s, buf, mode, m_row);
+  }
+  if (mode == MODE_SUMEXP) s.m = m_row;
+  s = block_allreduce(s, MergeOp(), smem);
+  if (threadIdx.x == 0) ws[row * K + chunk] = s;
+}
+
+template <typename T, int THREADS, int U>
+__global__ void __launch_bounds__(THREADS, 1)
+softmax_normalise(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int K, i64 S,
+                  int op, const SoftmaxState<typename Acc<T>::type>* __restrict__ ws) {
+  typedef typename Acc<T>::type A;
+  constexpr int VEC = Slot<T>::VEC;
+  __shared__ SoftmaxState<A> smem[32];
+  const i64 row = blockIdx.x / K, chunk = blockIdx.x % K;
+  const T* xr = x + row * ldx;
+  const ChunkRange c = chunk_range<VEC>(head_of(xr), n, chunk * S, S);
+  const T* xb = xr + c.first;
+  T* yb = y + row * ldy + c.first;
+  const SoftmaxState<A> s = merge_partials(ws + row * K, K, smem);
+  const A oc = output_const(s, op);
+  for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
+    Slot<T> buf[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + u * THREADS < c.nslots) buf[u] = load_slot<T>(xb, (base + u * THREADS) * VEC, c.lo, c.hi);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + u * THREADS < c.nslots)
+        store_slot<T>(yb, output_slot<T>(buf[u], op, s.m, oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// version 3: the software-pipelined split (float accumulators). ws: rows·K 64-bit words, zero before the
+// launch; a published state is (m, l) packed in one word, never 0 (l = 0 only with m = -inf), so the word is
+// both the data and its ready flag: one store publishes, no fence or counter. counters[0]: the ticket.
+__device__ __forceinline__ unsigned long long pack_state(const SoftmaxState<float>& s) {
+  return ((unsigned long long)__float_as_uint(s.l) << 32) | __float_as_uint(s.m);
+}
+
+template <typename T, int THREADS, int U>
+__global__ void __launch_bounds__(THREADS, (sizeof(T) == 2 ? 768 : 1024) / THREADS)  // 64 (16-bit: 85) registers
+softmax_split(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op, int K, i64 S,
+              i64 D, unsigned long long* __restrict__ ws, int* __restrict__ counters) {
+  typedef float A;
+  typedef SoftmaxState<A> St;
+  constexpr int VEC = Slot<T>::VEC;
+  __shared__ St smem[32];
+  __shared__ i64 s_ticket;
+  if (threadIdx.x == 0) s_ticket = atomicAdd(reinterpret_cast<unsigned long long*>(counters), 1ull);
+  __syncthreads();
+  const i64 t = s_ticket, T_total = rows * K;
+  if (t < T_total) {  // phase 1: reduce chunk t, publish its state
+    const i64 row = t / K, chunk = t % K;
+    const T* xr = x + row * ldx;
+    const ChunkRange c = chunk_range<VEC>(head_of(xr), n, chunk * S, S);
+    const T* xb = xr + c.first;
+    St s = St::identity();
+    const unsigned long long keep = l2_policy(true);
+    for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
+      Slot<T> buf[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        buf[u] = base + u * THREADS < c.nslots ? load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, keep)
+                                               : Slot<T>::neg_inf();
+      accumulate<T, U>(s, buf, MODE_ONLINE, (A)0);
+    }
+    s = block_allreduce(s, MergeOp(), smem);
+    if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(&ws[t]) = pack_state(s);
+  }
+  const i64 t2 = t - D;
+  if (t2 < 0 || t2 >= T_total) return;
+  // phase 2: normalise chunk t2 once its row's K states are all published
+  const i64 row = t2 / K, chunk = t2 % K;
+  St s = St::identity();
+  for (int j = threadIdx.x; j < K; j += THREADS) {
+    const volatile unsigned long long* p = &ws[row * K + j];
+    unsigned long long v;
+    while ((v = *p) == 0ull) __nanosleep(64);
+    s = merge(s, St{__uint_as_float((unsigned)v), __uint_as_float((unsigned)(v >> 32))});
+  }
+  s = block_allreduce(s, MergeOp(), smem);
+  const A oc = output_const(s, op);
+  const T* xr = x + row * ldx;
+  const ChunkRange c = chunk_range<VEC>(head_of(xr), n, chunk * S, S);
+  const T* xb = xr + c.first;
+  T* yb = y + row * ldy + c.first;
+  const unsigned long long drop = l2_policy(false);
+  for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
+    Slot<T> buf[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + u * THREADS < c.nslots)
+        buf[u] = load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, drop);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + u * THREADS < c.nslots)
+        store_slot<T, true>(yb, output_slot<T>(buf[u], op, s.m, oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+  }
+}
+
+// One warp per row merges the row's K partial states and writes lse (in T) or the state.
+template <typename T>
+__global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typename Acc<T>::type>* __restrict__ ws,
+                                 T* __restrict__ y, typename Acc<T>::type* __restrict__ out_m,
+                                 typename Acc<T>::type* __restrict__ out_l) {
+  typedef typename Acc<T>::type A;
+  const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together
+  SoftmaxState<A> s = SoftmaxState<A>::identity();
+  for (int j = lane; j < K; j += 32) s = merge(s, ws[row * K + j]);
+  s = warp_allreduce<32>(s, MergeOp());
+  if (lane == 0) write_row_result(op, row, s, y, out_m, out_l);
+}
+
+// Elementwise merge of two arrays of states (merge_states in Python).
+template <typename A>
+__global__ void softmax_merge_states(const A* __restrict__ ma, const A* __restrict__ la, const A* __restrict__ mb,
+                                     const A* __restrict__ lb, A* __restrict__ m, A* __restrict__ l, i64 count) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (i64)gridDim.x * blockDim.x) {
+    const SoftmaxState<A> s = merge(SoftmaxState<A>{ma[i], la[i]}, SoftmaxState<A>{mb[i], lb[i]});
+    m[i] = s.m;
+    l[i] = s.l;
+  }
+}
+
+}  // namespace cuflash

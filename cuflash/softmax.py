@@ -1,0 +1,586 @@
+"""Softmax, log_softmax and logsumexp with ``scipy.special``'s signatures and values, and the online-softmax
+state ``(m, l)`` they are built on (Milakov & Gimelshein, 2018).
+
+What this file teaches: a softmax is a reduction of each row to the state ``m = max(x)``, ``l = sum(exp(x - m))``
+followed (for softmax/log_softmax) by an elementwise pass. States merge: ``m = max(ma, mb)``,
+``l = la·exp(ma − m) + lb·exp(mb − m)``, so one row can be cut over threads, warps, blocks, devices or time.
+The kernels (``cuda_src/softmax.cu``) pick one of four shapes per call:
+
+=================  ========================================================  ===========================
+path               when (slots = 16-byte vectors per row, NV = 8 per thread)  HBM traffic (softmax)
+=================  ========================================================  ===========================
+``warp``           slots <= 32·NV: G = 1..32 lanes per row, row in registers  read n, write n
+``block``          slots <= 1024·NV and rows >= SMs: a block per row          read n, write n
+``split``          longer rows, or fewer rows than SMs: K blocks per row,     read n, write n (+ K states)
+                   chunk in registers, partial states merged through a
+                   workspace inside the one launch
+``stream``         rows too long for the split's residency, lse/state of      read 2n, write n (lse: n)
+                   long rows, and the ``safe``/``naive`` methods:
+                   partial states -> workspace, then a second launch
+=================  ========================================================  ===========================
+
+``method="online"`` (default) takes the cheapest path; ``"safe"`` makes three passes (max, sum, normalise);
+``"naive"`` sums exp(x) with no max subtraction (overflows by design: the overflow experiment).
+Accumulation is float32 (float64 for float64 input); states are float32 (float64 for float64 input).
+Edge values follow scipy.special (an all −inf row: softmax NaN, logsumexp −inf; +inf entries: softmax NaN,
+logsumexp +inf; NaN propagates; logsumexp over an empty axis: −inf; softmax over an empty axis: ValueError).
+Deviations, deliberately: bfloat16 input gives bfloat16 logsumexp (scipy's promotion returns float64), and
+logsumexp over an empty array with ``axis=None`` returns −inf (scipy raises IndexError for ndim >= 2).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from collections import namedtuple
+
+import numpy as np
+
+from . import _compile, _dtypes
+
+SOURCE = "softmax.cu"
+OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LSE, OP_STATE = 0, 1, 2, 3
+MODE_ONLINE, MODE_MAX, MODE_SUMEXP, MODE_NAIVE = 0, 1, 2, 3
+METHODS = ("online", "safe", "naive")
+
+NV = 8                                  # 16-byte slots per thread in the cached kernel (4 for float64)
+WARP_THREADS = 256                      # block size of the warp path (256 / G rows per block)
+WARP_GROUPS = (1, 2, 4, 8, 16, 32)      # lanes per row on the warp path
+BLOCK_THREADS = (64, 128, 256, 512)  # 1024 threads would cap registers at 64 and spill
+SPLIT_THREADS, SPLIT_UNROLL = 256, 8    # the pipelined split (version 3): 256 threads, 8 slots in flight each
+SPLIT_CHUNK_SLOTS = 2048                # its chunks: 2048 slots = 32 KiB (16-bit types: 4096 = 64 KiB)
+SPLIT_MIN_SLOTS = 256                   # chunks of rows split for parallelism are at least 4 KiB
+SPLIT_MAX_THREADS = 512                 # register split ("split_regs"): <= 512 threads x 8 slots = 64 KiB
+STREAM_THREADS, STREAM_UNROLL = (128, 512), 4  # streaming kernels: 4 slots in flight per thread per iteration
+
+_SUPPORTED = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64)
+
+Plan = namedtuple("Plan", "path threads group chunks slots_per_chunk")
+Plan.__doc__ = """How one call runs: path (warp/block/split/stream), block size, lanes per row, chunks per row
+(K) and 16-byte slots per chunk (S)."""
+
+
+def _nv(dtype):
+    return 4 if np.dtype(dtype).itemsize == 8 else NV
+
+
+def _cached_name(ct, group, threads, nv=None):
+    return f"cuflash::softmax_cached<{ct}, {group}, {threads}, {nv or (4 if ct == 'double' else NV)}>"
+
+
+def _split_name(ct):
+    return f"cuflash::softmax_split<{ct}, {SPLIT_THREADS}, {SPLIT_UNROLL}>"
+
+
+def _stream_names(ct, threads):
+    return (f"cuflash::softmax_partial<{ct}, {threads}, {STREAM_UNROLL}>",
+            f"cuflash::softmax_normalise<{ct}, {threads}, {STREAM_UNROLL}>",
+            f"cuflash::softmax_finalize<{ct}>")
+
+
+def _declare():
+    for dt in _SUPPORTED:
+        ct = _dtypes.CTYPE[dt]
+        names = [_cached_name(ct, g, WARP_THREADS) for g in WARP_GROUPS]
+        names += [_cached_name(ct, t, t) for t in BLOCK_THREADS]
+        if dt != _dtypes.float64:  # the widest block: 512 threads x 16 slots (128 KiB of row in registers)
+            names.append(_cached_name(ct, BLOCK_THREADS[-1], BLOCK_THREADS[-1], 2 * NV))
+        for t in STREAM_THREADS:
+            names += _stream_names(ct, t)
+        if dt != _dtypes.float64:
+            names.append(_split_name(ct))
+        _compile.declare(SOURCE, list(dict.fromkeys(names)))
+    _compile.declare(SOURCE, ["cuflash::softmax_merge_states<float>", "cuflash::softmax_merge_states<double>"])
+
+
+_declare()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# validation and layout (no device work, no allocation)
+def _as_cupy(x, what="x"):
+    import cupy
+
+    if isinstance(x, cupy.ndarray):
+        return x
+    if hasattr(x, "__cuda_array_interface__") or (hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray)):
+        try:
+            return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
+        except Exception as e:  # pragma: no cover - depends on the producer
+            raise TypeError(f"{what}: could not take {type(x).__name__} zero-copy as a CuPy array: {e}") from None
+    raise TypeError(f"{what} must be a CuPy array (or a CUDA array CuPy takes zero-copy), got {type(x).__name__}")
+
+
+def _check_dtype(dt, what="x"):
+    dt = np.dtype(dt)
+    if dt not in _SUPPORTED:
+        raise TypeError(f"{what} has dtype {dt}; supported: float16, bfloat16, float32, float64")
+    return dt
+
+
+def _axes(axis, ndim):
+    """Normalised tuple of reduced axes (sorted); ValueError (numpy's AxisError) when out of range."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        ax = [_one_axis(a, ndim) for a in axis]
+        if len(set(ax)) != len(ax):
+            raise ValueError(f"duplicate value in 'axis': {axis}")
+        return tuple(sorted(ax))
+    return (_one_axis(axis, ndim),)
+
+
+_AxisError = getattr(getattr(np, "exceptions", np), "AxisError")  # a ValueError (and IndexError)
+
+
+def _one_axis(a, ndim):
+    try:
+        i = operator.index(a)
+    except TypeError:
+        raise TypeError(f"axis must be None, an int or a tuple of ints, got {a!r}") from None
+    if not -ndim <= i < ndim:
+        raise _AxisError(i, ndim)
+    return i % ndim
+
+
+# ----------------------------------------------------------------------------------------------------------
+# planning
+_OCC: dict = {}
+
+
+def _pow2_at_least(v):
+    return 1 << max(0, int(math.ceil(v)) - 1).bit_length()
+
+
+def _residency(kernel, threads):
+    """Blocks of ``kernel`` that fit on the whole GPU at once (occupancy x SMs)."""
+    key = (id(kernel), threads)
+    r = _OCC.get(key)
+    if r is None:
+        import cupy
+        from cupy_backends.cuda.api import driver
+
+        dev = cupy.cuda.runtime.getDevice()
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
+        r = _OCC[key] = max(per_sm, 1) * _compile.sm_count(dev)
+    return r
+
+
+def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, partition=None, residency=None):
+    """The Plan for ``rows`` rows of ``n`` elements (pure arithmetic; tests and experiments read it).
+
+    ``aligned``: every row starts on a 16-byte boundary (else one extra slot is allowed for the head).
+    ``partition`` (study knob): ``threads`` (block size of the block path), ``chunks`` (K, chunks per row),
+    ``chunk_slots`` (the split's chunk size), ``lag`` (how many tickets the split's phase 2 trails),
+    ``single_read`` (False forces the two-launch streaming path),
+    ``split="registers"`` (the register-held split of version 1, with ``max_chunk_slots``; ``residency(threads)``
+    bounds its K by the blocks that fit on the GPU, None: 2 per SM).
+    """
+    p = partition or {}
+    vec = 16 // np.dtype(dtype).itemsize
+    nv = _nv(dtype)
+    slots = -(-(n + (0 if aligned else vec - 1)) // vec)
+    stream = method != "online" or p.get("single_read") is False
+    reduce_only = op >= OP_LSE
+    if not stream and "threads" not in p and "chunks" not in p and slots <= WARP_GROUPS[-1] * nv:
+        g = min(_pow2_at_least(slots / nv), WARP_GROUPS[-1])
+        return Plan("warp", WARP_THREADS, g, 1, slots)
+    row_threads = max(BLOCK_THREADS[0], _pow2_at_least(slots / nv))
+    wide = (not stream and "threads" not in p and "chunks" not in p and rows >= sms and nv == NV
+            and BLOCK_THREADS[-1] * nv < slots <= BLOCK_THREADS[-1] * 2 * nv and p.get("split") is None)
+    if wide:  # one block per row still: 512 threads x 16 slots
+        return Plan("block", BLOCK_THREADS[-1], BLOCK_THREADS[-1], 1, slots)
+    if not stream and "chunks" not in p and row_threads <= BLOCK_THREADS[-1] and (rows >= sms or reduce_only):
+        t = p.get("threads", row_threads)
+        if t in BLOCK_THREADS and t * nv >= slots:
+            return Plan("block", t, t, 1, slots)
+    if not stream and not reduce_only and p.get("split") == "registers":  # version 1 with K > 1 (study)
+        cap = p.get("max_chunk_slots", SPLIT_MAX_THREADS * nv)
+        k = p.get("chunks") or max(-(-slots // cap), min(-(-2 * sms // max(rows, 1)), -(-slots // 512)), 1)
+        s = -(-slots // k)
+        t = p.get("threads") or max(BLOCK_THREADS[0], _pow2_at_least(s / nv))
+        if t in BLOCK_THREADS and t * nv >= s and (k == 1 or k <= (residency(t) if residency else 2 * sms)):
+            return Plan("split_regs" if k > 1 else "block", t, t, k, s)
+    elif not stream and not reduce_only and np.dtype(dtype) != _dtypes.float64:  # version 3
+        cap = p.get("chunk_slots", SPLIT_CHUNK_SLOTS * (2 if np.dtype(dtype).itemsize == 2 else 1))
+        k = p.get("chunks") or max(-(-slots // cap), min(-(-2 * sms // max(rows, 1)), -(-slots // SPLIT_MIN_SLOTS)), 1)
+        if k > 1 or row_threads > BLOCK_THREADS[-1]:
+            return Plan("split", SPLIT_THREADS, SPLIT_THREADS, k, -(-slots // k))
+        return Plan("block", row_threads, row_threads, 1, slots)
+    u = STREAM_THREADS[-1] * STREAM_UNROLL
+    k = p.get("chunks") or max(1, min(-(-slots // u), -(-4 * sms // max(rows, 1))))
+    s = -(-slots // k)
+    t = STREAM_THREADS[0] if s <= 2 * STREAM_THREADS[0] * STREAM_UNROLL else STREAM_THREADS[-1]
+    return Plan("stream", t, t, k, s)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# launching. A call is prepared once per (shape, strides, dtype, alignment, axis, op, method, device, partition):
+# the plan, the kernels and the scalar arguments are kept, so a repeated call costs a dict lookup, an output
+# allocation and the launch (host overhead, DESIGN.md).
+_NUL = np.uint64(0)
+_PREP: dict = {}
+
+
+class _Prep:
+    __slots__ = ("rows", "n", "direct", "perm", "moved_shape", "out_shape", "plan", "kernels", "args", "grid",
+                 "block", "acc", "chunks", "error")
+
+
+def _i64(v):
+    return np.int64(v)
+
+
+def _prepare(x, axis, op, method, partition):
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    try:
+        key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
+               None if partition is None else tuple(sorted(partition.items())))
+        pr = _PREP.get(key)
+    except TypeError:  # an unhashable axis (a list): no caching
+        key, pr = None, None
+    if pr is None:
+        pr = _make_prep(x, axis, op, method, partition, dev)
+        if key is not None:
+            if len(_PREP) > 4096:
+                _PREP.clear()
+            _PREP[key] = pr
+    return pr
+
+
+def _make_prep(x, axis, op, method, partition, dev):
+    _check_method(method)
+    dt = x.dtype
+    axes = _axes(axis, x.ndim)
+    pr = _Prep()
+    pr.error = None
+    pr.acc = _dtypes.float64 if dt == _dtypes.float64 else _dtypes.float32
+    pr.rows = math.prod(x.shape[i] for i in range(x.ndim) if i not in axes)
+    pr.n = math.prod(x.shape[i] for i in axes)
+    pr.plan = None
+    if op < OP_LSE and pr.n == 0:
+        pr.error = ValueError("zero-size array to reduction operation maximum which has no identity "
+                              f"(shape {x.shape}, axis {axis})")
+        return pr
+    keep = tuple(i for i in range(x.ndim) if i not in axes)
+    pr.perm = keep + axes
+    pr.moved_shape = tuple(x.shape[i] for i in pr.perm)
+    pr.out_shape = tuple(x.shape[i] for i in keep)
+    if pr.rows == 0 or pr.n == 0:
+        return pr
+    x2 = _rows_of(x, pr.perm, pr.rows, pr.n)
+    isz = dt.itemsize
+    ldx = x2.strides[0] // isz if pr.rows > 1 else pr.n
+    # direct: x's own pointer serves (a view); softmax needs input and output rows at the same 16-byte offset
+    pr.direct = x2.data.ptr == x.data.ptr and (
+        op >= OP_LSE or (x2.data.ptr % 16 == 0 and (pr.rows == 1 or ((ldx - pr.n) * isz) % 16 == 0)))
+    if not pr.direct:
+        x2 = cupy_contiguous(x2)
+        ldx = pr.n
+    aligned = x2.data.ptr % 16 == 0 and (pr.rows == 1 or (ldx * isz) % 16 == 0)
+    sms = _compile.sm_count(dev)
+    ct = _dtypes.CTYPE[dt]
+
+    def residency(t):
+        return _residency(_compile.get_kernel(SOURCE, _cached_name(ct, t, t)), t)
+
+    pl = pr.plan = plan(dt, pr.rows, pr.n, op, method, aligned, sms, partition, residency)
+    rows, n = pr.rows, pr.n
+    pr.chunks = pl.chunks
+    if pl.path == "split":
+        k = _compile.get_kernel(SOURCE, _split_name(ct))
+        pr.kernels = (k,)
+        total = rows * pl.chunks
+        # D: phase 2 trails phase 1 by D tickets (>= K: no deadlock); small enough that the D chunks read in
+        # between stay in L2 (2 x SMs chunks of 32 KiB = 8.4 MiB on the H200)
+        lag = max(pl.chunks, (partition or {}).get("lag") or min(total, 2 * sms))
+        pr.grid = (total + lag,)
+        pr.block = (pl.threads,)
+        pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), np.int32(pl.chunks),
+                   _i64(pl.slots_per_chunk), _i64(lag))
+    elif pl.path in ("warp", "block", "split_regs"):
+        wide = pl.group * _nv(dt) < pl.slots_per_chunk and pl.chunks == 1  # the 512 x 16 block
+        name = _cached_name(ct, pl.group, pl.threads, 2 * NV if wide else None)
+        pr.kernels = (_compile.get_kernel(SOURCE, name),)
+        pr.grid = (rows * pl.chunks,) if pl.group > 32 else (-(-rows // (pl.threads // pl.group)),)
+        pr.block = (pl.threads,)
+        pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), np.int32(pl.chunks),
+                   np.int32(pl.slots_per_chunk))
+    else:
+        pr.kernels = tuple(_compile.get_kernel(SOURCE, nm) for nm in _stream_names(ct, pl.threads))
+        pr.grid = (rows * pl.chunks,)
+        pr.block = (pl.threads,)
+        pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(pl.chunks), _i64(pl.slots_per_chunk),
+                   np.int32(op))
+    return pr
+
+
+def cupy_contiguous(x2):
+    import cupy
+
+    return cupy.ascontiguousarray(x2)
+
+
+def _rows_of(x, perm, rows, n):
+    """x with its reduced axes last, as (rows, n) with a contiguous last axis: a view when the layout allows."""
+    xt = x if perm == tuple(range(x.ndim)) else x.transpose(perm)
+    x2 = xt.reshape(rows, n)  # CuPy copies only when no view exists
+    if n > 1 and x2.strides[1] != x2.itemsize:
+        x2 = cupy_contiguous(x2)
+    return x2
+
+
+def _exec(pr, x, op, method, y=_NUL, om=_NUL, ol=_NUL):
+    """Launch the prepared kernels over x's rows; outputs: y ((rows, n) softmax, (rows,) lse), om/ol (state)."""
+    import cupy
+
+    x2 = x if pr.direct else cupy_contiguous(_rows_of(x, pr.perm, pr.rows, pr.n))
+    pl = pr.plan
+    if pl.path == "split":
+        ws = cupy.zeros(1 + pr.rows * pl.chunks, dtype=np.uint64)  # [0]: the ticket; then one word per chunk
+        ldx, ldy, rows, n, a_op, K, S, lag = pr.args
+        pr.kernels[0](pr.grid, pr.block, (x2, ldx, y, ldy, rows, n, a_op, K, S, lag, ws[1:], ws[:1]))
+        return
+    ldx, ldy, rows, n, a4, a5, a6 = pr.args
+    if pl.path in ("warp", "block", "split_regs"):
+        if pl.chunks > 1:
+            counters = cupy.zeros(pr.rows + 1, dtype=np.int32)
+            ws = cupy.empty((pr.rows * pl.chunks, 2), dtype=pr.acc)
+        else:
+            counters = ws = _NUL
+        pr.kernels[0](pr.grid, pr.block, (x2, ldx, y, ldy, rows, n, a4, om, ol, a5, a6, counters, ws))
+        return
+    kp, kn, kf = pr.kernels
+    K, S = a4, a5
+    ws = cupy.empty((pr.rows * pl.chunks, 2), dtype=pr.acc)
+    if method == "safe":
+        wmax = cupy.empty_like(ws)
+        kp(pr.grid, pr.block, (x2, ldx, rows, n, K, S, np.int32(MODE_MAX), _NUL, wmax))
+        kp(pr.grid, pr.block, (x2, ldx, rows, n, K, S, np.int32(MODE_SUMEXP), wmax, ws))
+    else:
+        mode = MODE_NAIVE if method == "naive" else MODE_ONLINE
+        kp(pr.grid, pr.block, (x2, ldx, rows, n, K, S, np.int32(mode), _NUL, ws))
+    if op >= OP_LSE:
+        kf((-(-pr.rows * 32 // 256),), (256,), (rows, K, np.int32(op), ws, y, om, ol))
+    else:
+        kn(pr.grid, pr.block, (x2, ldx, y, ldy, rows, n, K, S, np.int32(op), ws))
+
+
+def _check_method(method):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+
+
+def _softmax_impl(x, axis=None, op=OP_SOFTMAX, method="online", partition=None, return_plan=False):
+    """softmax (op 0) or log_softmax (op 1) of x over axis; ``partition`` is the study knob of :func:`plan`."""
+    import cupy
+
+    x = _as_cupy(x)
+    if x.dtype not in _SUPPORTED:
+        _check_dtype(x.dtype)
+    if x.ndim == 0:
+        _axes(axis, 0)
+        r = _softmax_impl(x.reshape(1), None, op, method, partition, return_plan)
+        return (r[0].reshape(()), r[1]) if return_plan else r.reshape(())
+    pr = _prepare(x, axis, op, method, partition)
+    if pr.error is not None:
+        raise pr.error
+    if pr.plan is None:  # an empty array with a non-empty reduced axis
+        y = cupy.empty(x.shape, dtype=x.dtype)
+        return (y, None) if return_plan else y
+    if pr.perm == tuple(range(x.ndim)):
+        y = cupy.empty(x.shape, dtype=x.dtype)
+        _exec(pr, x, op, method, y=y)
+    else:
+        y = cupy.empty(pr.moved_shape, dtype=x.dtype)
+        _exec(pr, x, op, method, y=y)
+        y = y.transpose(np.argsort(pr.perm))
+    return (y, pr.plan) if return_plan else y
+
+
+def softmax(x, axis=None, *, method="online"):
+    """``scipy.special.softmax`` on the GPU: exp(x − max) / sum(exp(x − max)) over ``axis`` (None: all)."""
+    return _softmax_impl(x, axis, OP_SOFTMAX, method)
+
+
+def log_softmax(x, axis=None, *, method="online"):
+    """``scipy.special.log_softmax`` on the GPU: (x − max) − log(sum(exp(x − max))) over ``axis``."""
+    return _softmax_impl(x, axis, OP_LOG_SOFTMAX, method)
+
+
+def _reduce_impl(x, axis, op, method="online", partition=None, return_plan=False):
+    """lse (op 2, dtype of x) or state (op 3, accumulator dtype) of x over axis; outputs shaped x.shape less the
+    reduced axes."""
+    import cupy
+
+    pr = _prepare(x, axis, op, method, partition)
+    if op == OP_LSE:
+        res = cupy.empty(pr.out_shape, dtype=x.dtype)
+        if pr.n == 0:
+            res.fill(-np.inf)
+        elif pr.rows:
+            _exec(pr, x, op, method, y=res)
+    else:
+        m, l = cupy.empty(pr.out_shape, dtype=pr.acc), cupy.empty(pr.out_shape, dtype=pr.acc)
+        if pr.n == 0:
+            m.fill(-np.inf)
+            l.fill(0)
+        elif pr.rows:
+            _exec(pr, x, op, method, om=m, ol=l)
+        res = (m, l)
+    return (res, pr.plan) if return_plan else res
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, method="online"):
+    """``scipy.special.logsumexp`` on the GPU: log(sum(b · exp(a))) over ``axis``, without overflow.
+
+    ``b`` (weights, broadcast against ``a``; ``b == 0`` entries are dropped, negative weights need
+    ``return_sign=True`` or give NaN) follows scipy's algorithm step by step in CuPy; without ``b`` the
+    row-reduction kernels compute the online state and ``lse = m + log(l)``.
+    """
+    import cupy
+
+    a = _as_cupy(a, "a")
+    if b is not None:
+        _check_method(method)
+        return _logsumexp_weighted(a, axis, b, keepdims, return_sign)
+    if a.dtype not in _SUPPORTED:
+        _check_dtype(a.dtype, "a")
+    if a.ndim == 0:
+        a = a.reshape(1)  # scipy: atleast_1d
+    out = _reduce_impl(a, axis, OP_LSE, method)
+    if not keepdims and not return_sign:
+        return out
+    axes = _axes(axis, a.ndim)
+    if keepdims:
+        out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(a.shape)))
+    if not return_sign:
+        return out
+    if math.prod(a.shape[i] for i in axes) == 0:
+        sgn = cupy.full(out.shape, -1, dtype=a.dtype)  # scipy: sign(-inf)
+    else:  # +1 for a finite or +inf result, 0 where the sum was 0 (-inf), NaN for NaN
+        sgn = cupy.where(out == -np.inf, 0, 1).astype(a.dtype)
+        sgn[cupy.isnan(out)] = np.nan
+    return out, sgn
+
+
+def _logsumexp_weighted(a, axis, b, keepdims, return_sign):
+    """scipy.special.logsumexp's algorithm with weights, in CuPy, accumulating in float32 (float64)."""
+    import cupy
+
+    _check_dtype(a.dtype, "a")
+    if isinstance(b, (int, float, np.number)) and not isinstance(b, (bool, np.bool_, complex, np.complexfloating)):
+        out_dt = np.result_type(a.dtype, b) if a.dtype != _dtypes.bfloat16 else a.dtype
+        b = cupy.asarray(b, dtype=out_dt)
+    else:
+        b = _as_cupy(b, "b")
+        if b.dtype not in _SUPPORTED and b.dtype.kind not in "fiub":
+            raise TypeError(f"b has dtype {b.dtype}; expected a real array")
+        try:
+            out_dt = np.result_type(a.dtype, b.dtype)
+        except Exception:
+            raise TypeError(f"no common dtype for a ({a.dtype}) and b ({b.dtype})") from None
+        if out_dt not in _SUPPORTED and out_dt.kind != "f":  # integer/bool weights: scipy's float64
+            out_dt = np.dtype(np.float64)
+    out_dt = _check_dtype(out_dt, "logsumexp(a, b)")
+    acc = np.float64 if out_dt == _dtypes.float64 else np.float32
+    try:
+        a, b = cupy.broadcast_arrays(a.astype(acc), b.astype(acc))
+    except ValueError as e:
+        raise ValueError(f"b (shape {b.shape}) does not broadcast against a (shape {a.shape}): {e}") from None
+    if a.ndim == 0:
+        a, b = a.reshape(1), b.reshape(1)
+    axes = _axes(axis, a.ndim)
+    keep_shape = tuple(1 if i in axes else s for i, s in enumerate(a.shape))
+    if a.size == 0 or math.prod(a.shape[i] for i in axes) == 0:
+        out = cupy.full(keep_shape, -np.inf, dtype=acc)
+        sgn = cupy.full(keep_shape, -1, dtype=acc)
+    else:
+        # the steps of scipy.special._logsumexp, in the same order
+        s_dir = cupy.sum(b * cupy.exp(a), axis=axes, keepdims=True)  # scipy's fallback where the result is not finite
+        sgn_inf = cupy.sign(s_dir)
+        out_inf = cupy.log(cupy.abs(s_dir) if return_sign else s_dir)
+        a = cupy.where(b == 0, -np.inf, a)
+        a_max = cupy.max(a, axis=axes, keepdims=True)
+        i_max = a == a_max
+        m = cupy.sum(cupy.where(i_max, b, 0), axis=axes, keepdims=True)
+        s = cupy.sum(b * cupy.exp(cupy.where(i_max, -np.inf, a) - a_max), axis=axes, keepdims=True)
+        s = cupy.where(s == 0, s, s / m)
+        sgn = cupy.sign(s + 1) * cupy.sign(m)
+        s = cupy.where(s < -1, -s - 2, s)
+        out = cupy.log1p(s) + cupy.log(cupy.abs(m)) + a_max
+        if not return_sign:
+            out = cupy.where(sgn < 0, np.nan, out)
+        fin = cupy.isfinite(out)
+        out = cupy.where(fin, out, out_inf)
+        sgn = cupy.where(fin, sgn, sgn_inf)
+    if not keepdims:
+        out, sgn = out.reshape(_drop(keep_shape, axes)), sgn.reshape(_drop(keep_shape, axes))
+    out, sgn = out.astype(out_dt), sgn.astype(out_dt)
+    return (out, sgn) if return_sign else out
+
+
+def _drop(shape, axes):
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def online_softmax_state(x, axis=-1, *, method="online"):
+    """The online-softmax state of x over ``axis``: ``(m, l)`` with m = max(x), l = sum(exp(x − m)).
+
+    Arrays of x's shape without the reduced axes, float32 (float64 for float64 x). An empty or all −inf slice
+    gives (−inf, 0); a slice holding +inf gives (+inf, number of +inf entries), so that
+    ``lse_from_state`` equals ``logsumexp``; NaN gives NaN.
+    """
+    x = _as_cupy(x)
+    _check_dtype(x.dtype)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    return _reduce_impl(x, axis, OP_STATE, method)
+
+
+def merge_states(a, b):
+    """Merge two states (or arrays of states, broadcast): m = max(ma, mb), l = la·e^(ma−m) + lb·e^(mb−m).
+
+    Exact about −inf: merging two empty states (−inf, 0) gives (−inf, 0) (no exp(−inf − −inf)), merging an empty
+    state into (m, l) returns (m, l) unchanged. NaN propagates.
+    """
+    import cupy
+
+    try:
+        (ma, la), (mb, lb) = a, b
+    except (TypeError, ValueError):
+        raise TypeError("merge_states takes two states, each a pair (m, l)") from None
+    arrs = [x if isinstance(x, cupy.ndarray) else _scalar_or_array(x) for x in (ma, la, mb, lb)]
+    for x in arrs:
+        if x.dtype not in (_dtypes.float32, _dtypes.float64):
+            raise TypeError(f"state arrays must be float32 or float64, got {x.dtype}")
+    acc = np.result_type(*[x.dtype for x in arrs])
+    try:
+        arrs = cupy.broadcast_arrays(*arrs)
+    except ValueError as e:
+        raise ValueError(f"state shapes do not broadcast: {[x.shape for x in arrs]}") from e
+    shape = arrs[0].shape
+    ma, la, mb, lb = (cupy.ascontiguousarray(x, dtype=acc) for x in arrs)
+    m, l = cupy.empty(shape, dtype=acc), cupy.empty(shape, dtype=acc)
+    count = m.size
+    if count:
+        k = _compile.get_kernel(SOURCE, f"cuflash::softmax_merge_states<{_dtypes.CTYPE[np.dtype(acc)]}>")
+        k((min(-(-count // 256), 65535),), (256,), (ma, la, mb, lb, m, l, _i64(count)))
+    return m, l
+
+
+def _scalar_or_array(x):
+    import cupy
+
+    if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, bool):
+        return cupy.asarray(x, dtype=np.float32 if not isinstance(x, np.float64) else np.float64)
+    return _as_cupy(x, "state")
+
+
+def lse_from_state(state):
+    """log-sum-exp of a state: m + log(l) (−inf for the empty state, +inf when m = +inf, NaN for NaN)."""
+    import cupy
+
+    m, l = state
+    return m + cupy.log(l)

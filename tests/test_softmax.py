@@ -1,0 +1,529 @@
+"""cuflash softmax / log_softmax / logsumexp / online-softmax state against float64 scipy.special.
+
+Every kernel path (warp, block, split, stream) at the row lengths around each switch and each vector tail, the
+three 16/32-bit dtypes (and float64), many rows, non-contiguous inputs and several axes; the handed cases of
+``shared/cases/softmax.json`` one by one; property tests of the state merge and of row sums; bad input.
+The rule (DESIGN.md): the error is within 2x the error of a straightforward implementation in the same precision
+(scipy on float32 data, rounded once to the output dtype) plus a per-dtype floor; non-finite values must match.
+"""
+import importlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.special
+
+from cuflash import _dtypes
+
+sm = importlib.import_module("cuflash.softmax")  # the module (cuflash.softmax is the function)
+
+gpu = pytest.mark.gpu
+DTYPES = {"float32": _dtypes.float32, "float16": _dtypes.float16, "bfloat16": _dtypes.bfloat16}
+ALL_DTYPES = dict(DTYPES, float64=_dtypes.float64)
+CASES = Path(__file__).resolve().parents[1].parent / "shared" / "cases" / "softmax.json"
+SMS = 132  # the H200's SM count: plan() arithmetic below uses it; GPU tests read the device's
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers
+def _to_device(x_f64, dtype):
+    import cupy
+
+    return cupy.asarray(np.asarray(x_f64).astype(dtype))
+
+
+def _check(out, ref, base, dtype, n, what=""):
+    """out (kernel), ref (float64), base (same-precision baseline) as NumPy float64 arrays.
+
+    Elementwise |out - ref| <= 2·max|base - ref| + atol + rtol·s, with s = |ref| for softmax (values in [0, 1])
+    and s = max(|ref|, 1) for the log outputs (their errors are absolute: x − m − log l)."""
+    out, ref, base = (np.asarray(a, dtype=np.float64) for a in (out, ref, base))
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    with np.errstate(over="ignore"):  # what the output dtype can hold (-1.2e5 is -inf in float16)
+        ref = ref.astype(dtype).astype(np.float64)
+    nan_ok = np.array_equal(np.isnan(out), np.isnan(ref))
+    inf_ok = np.array_equal(np.where(np.isinf(ref), ref, 0), np.where(np.isinf(out), out, 0))
+    fin = np.isfinite(ref) & np.isfinite(out)
+    err = np.abs(out - ref)[fin]
+    berr = np.abs(base - ref)[fin]
+    atol, rtol = _dtypes.tolerance(dtype, n)
+    scale = np.abs(ref[fin]) if what.startswith("softmax") else np.maximum(np.abs(ref[fin]), 1.0)
+    allowed = 2 * berr.max(initial=0.0) + atol + rtol * scale
+    worst = float((err - allowed).max(initial=-1.0))
+    print(f"{what} {np.dtype(dtype)} n={n}: kernel max|err| {err.max(initial=0):.3g} "
+          f"mean {err.mean() if err.size else 0:.3g}; baseline max|err| {berr.max(initial=0):.3g}; "
+          f"nan/inf pattern ok {nan_ok}/{inf_ok}")
+    assert nan_ok and inf_ok, f"{what}: non-finite pattern differs from scipy"
+    assert worst <= 0, f"{what}: error exceeds 2x baseline + floor by {worst:.3g}"
+
+
+def _baseline(fn, x64, dtype, **kw):
+    """The straightforward same-precision implementation: scipy on float32 data, rounded once to dtype."""
+    with np.errstate(all="ignore"):
+        acc = np.float64 if np.dtype(dtype) == _dtypes.float64 else np.float32
+        r = fn(np.asarray(x64).astype(dtype).astype(acc), **kw)
+    return np.asarray(r).astype(dtype).astype(np.float64)
+
+
+def _ref(fn, x64, dtype, **kw):
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(np.asarray(x64).astype(dtype).astype(np.float64), **kw))
+
+
+def _compare_all(x64, dtype, axis=-1, ops=("softmax", "log_softmax", "logsumexp"), x_dev=None, **kw):
+    import cuflash
+
+    xd = _to_device(x64, dtype) if x_dev is None else x_dev
+    n = x64.size if axis is None else math.prod(np.asarray(x64).shape[a] for a in np.atleast_1d(axis))
+    for op in ops:
+        out = getattr(cuflash, op)(xd, axis=axis, **kw)
+        assert out.dtype == np.dtype(dtype), (op, out.dtype)
+        f = getattr(scipy.special, op)
+        _check(out.get(), _ref(f, x64, dtype, axis=axis), _baseline(f, x64, dtype, axis=axis), dtype, n, op)
+        if op == "softmax":  # rows sum to 1 (where scipy's row is finite)
+            s = np.asarray(out.get(), dtype=np.float64).sum(axis=axis)
+            fin = np.isfinite(_ref(f, x64, dtype, axis=axis)).all(axis=axis)
+            atol, rtol = _dtypes.tolerance(dtype, n)
+            err = np.abs(s - 1)[fin]
+            assert np.all(err <= 2 * _dtypes.eps(dtype) + rtol), f"row sums off by {err.max()}"
+
+
+def _switch_lengths(dtype):
+    """Row lengths around every path switch of plan() (aligned and odd) and the vector-width tails."""
+    vec, nv = 16 // np.dtype(dtype).itemsize, sm._nv(dtype)
+    edges = [g * nv * vec for g in sm.WARP_GROUPS] + [t * nv * vec for t in sm.BLOCK_THREADS]
+    edges.append(sm.SPLIT_MAX_THREADS * nv * vec * 2)  # two split chunks
+    out = {1, 2, 3, vec - 1, vec, vec + 1, 2 * vec + 1}
+    for e in edges:
+        out |= {e - vec, e - 1, e, e + 1, e + vec}
+    return sorted(x for x in out if x >= 1)
+
+
+CASE_LENGTHS = [1, 2, 31, 32, 33, 127, 1023, 1024, 1025, 2047, 2048, 2049, 4097, 24575, 24576, 65536, 65537,
+                262144, 1048577]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CPU: planning arithmetic, the handed cases are all covered, reference state semantics
+COVERED_CASES = {"sm-all-neg-inf-row", "sm-pos-inf", "sm-neg-inf-entry", "sm-empty", "sm-transposed-axis",
+                 "sm-row-lengths-around-paths", "sm-many-rows", "sm-merge-empty-states"}
+
+
+def test_every_handed_case_has_a_test():
+    if not CASES.is_file():
+        pytest.skip(f"{CASES} not present (the handed cases live beside the checkout)")
+    ids = {c["id"] for c in json.loads(CASES.read_text())}
+    assert ids <= COVERED_CASES, f"cases without a test: {sorted(ids - COVERED_CASES)}"
+
+
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES.values()), ids=list(ALL_DTYPES))
+def test_plan_paths_and_capacity(dtype):
+    vec, nv = 16 // np.dtype(dtype).itemsize, sm._nv(dtype)
+    seen = set()
+    for n in _switch_lengths(dtype) + CASE_LENGTHS:
+        for rows in (3, 4 * SMS):
+            for aligned in (True, False):
+                p = sm.plan(dtype, rows, n, aligned=aligned, sms=SMS)
+                seen.add(p.path)
+                slots = -(-(n + (0 if aligned else vec - 1)) // vec)
+                if p.path in ("warp", "block"):  # (the widest block holds 16 slots a thread)
+                    assert p.group * nv * (2 if p.group == sm.BLOCK_THREADS[-1] else 1) >= slots and p.chunks == 1
+                else:
+                    assert p.chunks * p.slots_per_chunk >= slots
+    f64 = np.dtype(dtype) == np.float64
+    assert seen == ({"warp", "block", "stream"} if f64 else {"warp", "block", "split"})
+    # fewer rows than SMs split medium rows (float64: two launches); the pipelined split has no length limit
+    assert sm.plan(dtype, 8, 8192, sms=SMS).path == ("stream" if f64 else "split")
+    assert sm.plan(dtype, 1, 1 << 30, sms=SMS).path == ("stream" if f64 else "split")
+    # the register-held split (study) is bounded by the blocks that fit on the GPU at once
+    regs = {"split": "registers"}
+    p = sm.plan(dtype, 1, 1 << 16, sms=SMS, partition=regs, residency=lambda t: 2 * SMS)
+    assert p.path == "split_regs" and p.threads * nv >= p.slots_per_chunk
+    assert sm.plan(dtype, 1, 1 << 26, sms=SMS, partition=regs, residency=lambda t: 2 * SMS).path == "stream"
+    assert sm.plan(dtype, 8, 8192, method="safe", sms=SMS).path == "stream"
+    assert sm.plan(dtype, 8, 8192, partition={"single_read": False}, sms=SMS).path == "stream"
+    assert sm.plan(dtype, 4096, 8192, op=sm.OP_LSE, sms=SMS).path in ("block", "stream")
+
+
+def test_reference_merge_of_empty_states_stays_empty():
+    from cuflash import reference
+
+    m, l = reference.merge_states((-np.inf, 0.0), (-np.inf, 0.0))
+    assert m == -np.inf and l == 0.0
+    m, l = reference.merge_states((-np.inf, 0.0), (2.0, 3.0))
+    assert (m, l) == (2.0, 3.0)
+
+
+def test_non_cupy_input_is_a_type_error():
+    pytest.importorskip("cupy")
+    import cuflash
+
+    for f in (cuflash.softmax, cuflash.log_softmax, cuflash.logsumexp, cuflash.online_softmax_state):
+        with pytest.raises(TypeError, match="CuPy"):
+            f(np.zeros((2, 3), np.float32))
+        with pytest.raises(TypeError):
+            f([1.0, 2.0])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: the handed cases
+@gpu
+def test_case_all_neg_inf_row():
+    import cuflash
+
+    x = _to_device([[-np.inf] * 3], np.float32)
+    assert np.all(np.isnan(cuflash.softmax(x, axis=-1).get()))
+    assert np.all(np.isnan(cuflash.log_softmax(x, axis=-1).get()))
+    assert cuflash.logsumexp(x, axis=-1).get().tolist() == [-np.inf]
+    for p in ({"single_read": False}, {"chunks": 3}):  # the split and the two-launch path too
+        assert np.all(np.isnan(sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", p).get()))
+        assert sm._reduce_impl(x, (1,), sm.OP_LSE, "online", p).get().tolist() == [-np.inf]
+
+
+@gpu
+def test_case_pos_inf():
+    import cuflash
+
+    x = _to_device([[0.0, np.inf], [np.inf, np.inf]], np.float32)
+    assert np.all(np.isnan(cuflash.softmax(x, axis=-1).get()))
+    assert cuflash.logsumexp(x, axis=-1).get().tolist() == [np.inf, np.inf]
+    ls = cuflash.log_softmax(x, axis=-1).get()  # scipy: -inf beside a +inf, NaN at it
+    np.testing.assert_array_equal(ls, scipy.special.log_softmax(np.array([[0.0, np.inf], [np.inf, np.inf]]), axis=-1))
+
+
+@gpu
+def test_case_neg_inf_entry():
+    import cuflash
+
+    x = _to_device([[0.0, -np.inf]], np.float32)
+    assert cuflash.softmax(x, axis=-1).get().tolist() == [[1.0, 0.0]]
+    assert cuflash.log_softmax(x, axis=-1).get().tolist() == [[0.0, -np.inf]]
+
+
+@gpu
+def test_case_empty(cp):
+    import cuflash
+
+    z = cp.zeros((2, 0), np.float32)
+    assert cuflash.logsumexp(z, axis=1).get().tolist() == [-np.inf, -np.inf]
+    out, sgn = cuflash.logsumexp(z, axis=1, return_sign=True)
+    assert sgn.get().tolist() == [-1.0, -1.0]  # scipy: sign(-inf)
+    assert cuflash.logsumexp(z, axis=1, keepdims=True).shape == (2, 1)
+    for f in (cuflash.softmax, cuflash.log_softmax):
+        with pytest.raises(ValueError):
+            f(z, axis=1)
+        with pytest.raises(ValueError):
+            f(cp.zeros((0, 3), np.float32), axis=0)
+    for f in (cuflash.softmax, cuflash.log_softmax, cuflash.logsumexp):
+        e = f(cp.zeros((0, 3), np.float32), axis=1)
+        assert e.shape == ((0, 3) if f is not cuflash.logsumexp else (0,)) and e.dtype == np.float32
+    m, l = cuflash.online_softmax_state(z, axis=1)
+    assert m.get().tolist() == [-np.inf, -np.inf] and l.get().tolist() == [0.0, 0.0]
+
+
+@gpu
+def test_case_transposed_axis():
+    import cupy
+    import cuflash
+
+    x = cupy.arange(1, 13, dtype=cupy.float32).reshape(3, 4).T  # row 0 is [1, 5, 9]
+    y = cuflash.softmax(x, axis=1).get()
+    # The case lists [0.00032932, 0.01798621, 0.98168447]; exact values are e^-8, e^-4, 1 over 1 + e^-4 + e^-8 =
+    # [0.00032932, 0.01798029, 0.98169039] (its last two entries are off by 3e-4 and 6e-6 relative): check the
+    # exact ones at the case's rtol, and the whole array against float64 scipy.
+    np.testing.assert_allclose(y[0], np.exp([-8.0, -4.0, 0.0]) / (1 + np.exp(-4.0) + np.exp(-8.0)), rtol=1e-5)
+    np.testing.assert_allclose(y, scipy.special.softmax(x.get().astype(np.float64), axis=1), rtol=1e-6)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_case_row_lengths_around_paths(dtype, rng):
+    for n in CASE_LENGTHS:
+        _compare_all(rng.standard_normal((3, n)) * 10, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("cols", [3, 100])
+def test_case_many_rows(cols, rng, cp):
+    import cuflash
+
+    x64 = rng.standard_normal((70000, cols))
+    poison = cp.full(70000 * cols, np.nan, np.float32)  # the pool hands this block to the output next
+    del poison
+    y = cuflash.softmax(_to_device(x64, np.float32), axis=-1).get()
+    assert not np.isnan(y).any(), "rows left unwritten"
+    np.testing.assert_allclose(y, scipy.special.softmax(x64.astype(np.float32).astype(np.float64), axis=-1),
+                               rtol=2e-6, atol=1e-8)
+
+
+@gpu
+def test_case_merge_empty_states(cp):
+    import cuflash
+
+    e = (cp.asarray([-np.inf], np.float32), cp.asarray([0.0], np.float32))
+    m, l = cuflash.merge_states(e, e)
+    assert m.get().tolist() == [-np.inf] and l.get().tolist() == [0.0]
+    m, l = cuflash.merge_states(e, (cp.asarray([2.0], np.float32), cp.asarray([3.0], np.float32)))
+    assert m.get().tolist() == [2.0] and l.get().tolist() == [3.0]
+    m, l = cuflash.merge_states((cp.asarray([2.0], np.float32), cp.asarray([3.0], np.float32)), e)
+    assert m.get().tolist() == [2.0] and l.get().tolist() == [3.0]
+    assert cuflash.lse_from_state(e).get().tolist() == [-np.inf]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: every path switch and tail, each dtype; aligned and misaligned rows
+@gpu
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES.values()), ids=list(ALL_DTYPES))
+def test_every_switch_and_tail(dtype, rng):
+    for n in _switch_lengths(dtype):
+        x64 = rng.standard_normal((3, n)) * 8
+        _compare_all(x64, dtype)
+        # the same rows starting one element past a 16-byte boundary (misaligned head, view of a wider array)
+        wide = _to_device(np.concatenate([np.zeros((3, 1)), x64], axis=1), dtype)
+        _compare_all(x64, dtype, x_dev=wide[:, 1:], ops=("softmax", "logsumexp"))
+
+
+FORCED = [("warp", None), ("block", {"threads": 512, "chunks": 1}), ("split", {"chunks": 5}),
+          ("split", {"chunk_slots": 64}), ("split_regs", {"split": "registers", "chunks": 5}),
+          ("stream", {"single_read": False}), ("stream", {"chunks": 7, "single_read": False})]
+
+
+@gpu
+@pytest.mark.parametrize("path,part", FORCED)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_forced_paths_agree(path, part, dtype, rng):
+    n = 250 if path == "warp" else 3001
+    x64 = rng.standard_normal((5, n)) * 5
+    x64[1, ::3] = -np.inf
+    x64[2] = -np.inf
+    xd = _to_device(x64, dtype)
+    for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
+        y, pl = sm._softmax_impl(xd, -1, op, "online", part, return_plan=True)
+        assert pl.path == path, pl
+        r, b = _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1)
+        _check(y.get(), r, b, dtype, n, f"{f.__name__} {pl}")
+    lse, pl = sm._reduce_impl(xd, (1,), sm.OP_LSE, "online", part, return_plan=True)
+    f = scipy.special.logsumexp
+    _check(lse.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f"lse {pl}")
+
+
+@gpu
+@pytest.mark.parametrize("method", ["safe", "naive"])
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_methods(method, dtype, rng):
+    for n in (7, 1000, 70001):
+        _compare_all(rng.standard_normal((4, n)) * 3, dtype, method=method)
+
+
+@gpu
+def test_naive_overflows_by_design():
+    import cuflash
+
+    x = _to_device([[1000.0, 0.0]], np.float32)
+    assert np.isnan(cuflash.softmax(x, axis=-1, method="naive").get()).any()
+    assert cuflash.softmax(x, axis=-1, method="safe").get().tolist() == [[1.0, 0.0]]
+    assert cuflash.softmax(x, axis=-1).get().tolist() == [[1.0, 0.0]]
+
+
+@gpu
+def test_split_row_is_deterministic(rng):
+    x = _to_device(rng.standard_normal((2, 300000)), np.float32)
+    for p in ({"chunks": 37}, {"split": "registers", "chunks": 37}):
+        a = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", p)
+        b = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", p)
+        assert bool((a == b).all())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: layouts and axes
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_axes_and_strides(dtype, rng, cp):
+    x64 = rng.standard_normal((6, 37, 41)) * 4
+    xd = _to_device(x64, dtype)
+    for axis in (0, 1, 2, -1, (0, 2), (1, 2), (0, 1, 2), None):
+        _compare_all(x64, dtype, axis=axis, x_dev=xd)
+    # non-contiguous views: steps, reversed, transposed, a slice of the reduced axis
+    for view, v64 in ((xd[:, ::2, :], x64[:, ::2, :]), (xd[::-1, :, ::-1], x64[::-1, :, ::-1]),
+                      (xd.transpose(2, 0, 1), x64.transpose(2, 0, 1)), (xd[:, :, 3:30], x64[:, :, 3:30])):
+        for axis in (-1, 0, (1, 2)):
+            _compare_all(np.ascontiguousarray(v64), dtype, axis=axis, x_dev=view)
+    # logsumexp keepdims and 0-d input
+    import cuflash
+
+    k = cuflash.logsumexp(xd, axis=(0, 2), keepdims=True)
+    assert k.shape == (1, 37, 1)
+    s = cuflash.logsumexp(xd[0, 0, 0])
+    assert s.shape == () and cuflash.softmax(xd[0, 0, 0]).get() == 1.0
+
+
+@gpu
+def test_torch_tensor_zero_copy():
+    torch = pytest.importorskip("torch")
+    import cuflash
+
+    t = torch.randn(4, 100, device="cuda")
+    np.testing.assert_allclose(cuflash.softmax(t, axis=-1).get(), torch.softmax(t, -1).cpu().numpy(), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: edge values, logsumexp with b and return_sign
+EDGE_ROWS = [[0.0, -np.inf, 1.0], [-np.inf] * 3, [np.inf, 0.0, 1.0], [np.inf, np.inf, -np.inf], [np.nan, 0.0, 1.0],
+             [np.nan, np.inf, -np.inf], [1e4, -1e4, 0.0], [-1e30, -1e30, -1e30], [3.0, 3.0, 3.0]]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES.values()), ids=list(ALL_DTYPES))
+def test_edge_values_match_scipy(dtype):
+    x64 = np.array(EDGE_ROWS)
+    if np.dtype(dtype).itemsize == 2:
+        x64 = np.clip(x64, -6e4, 6e4)  # finite in half precision
+    _compare_all(x64, dtype)
+    for p in ({"chunks": 2}, {"single_read": False}):
+        y = sm._softmax_impl(_to_device(x64, dtype), -1, sm.OP_SOFTMAX, "online", p).get().astype(np.float64)
+        r = _ref(scipy.special.softmax, x64, dtype, axis=-1)
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(r))
+
+
+@gpu
+def test_logsumexp_return_sign_and_weights(rng, cp):
+    import cuflash
+
+    x64 = np.array(EDGE_ROWS)
+    out, sgn = cuflash.logsumexp(_to_device(x64, np.float32), axis=-1, return_sign=True)
+    r_out, r_sgn = scipy.special.logsumexp(x64.astype(np.float32), axis=-1, return_sign=True)
+    np.testing.assert_allclose(out.get(), r_out, rtol=1e-6)
+    np.testing.assert_array_equal(sgn.get(), r_sgn)
+    a = rng.standard_normal((5, 9))
+    b = rng.standard_normal((5, 9))
+    b[0, :4] = 0
+    a[0, :4] = np.inf  # dropped with their zero weights
+    for bb, rs in ((b, True), (np.abs(b), False), (2.0, False), (b[0], True)):
+        got = cuflash.logsumexp(_to_device(a, np.float32), axis=-1, b=cp.asarray(bb) if isinstance(bb, np.ndarray)
+                                else bb, return_sign=rs)
+        want = scipy.special.logsumexp(a.astype(np.float32), axis=-1, b=bb, return_sign=rs)
+        for g, w in zip(got if rs else (got,), want if rs else (want,)):
+            assert g.dtype == np.asarray(w).dtype, (g.dtype, np.asarray(w).dtype)
+            np.testing.assert_allclose(g.get(), w, rtol=1e-5, equal_nan=True)
+    # negative sum without return_sign: NaN, as scipy
+    assert np.isnan(cuflash.logsumexp(_to_device([1.0, 2.0], np.float32), b=cp.asarray([1.0, -1.0])).get())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: the state, its merge, and property tests
+@gpu
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES.values()), ids=list(ALL_DTYPES))
+def test_state_and_lse(dtype, rng):
+    import cuflash
+    from cuflash import reference
+
+    for n in (5, 700, 50000):
+        x64 = rng.standard_normal((3, n)) * 6
+        xd = _to_device(x64, dtype)
+        m, l = cuflash.online_softmax_state(xd, axis=-1)
+        assert m.dtype == (np.float64 if np.dtype(dtype) == np.float64 else np.float32)
+        rm, rl = reference.online_softmax_state(x64.astype(dtype).astype(np.float64), axis=-1)
+        np.testing.assert_array_equal(m.get(), rm.astype(m.dtype))  # the max is exact
+        np.testing.assert_allclose(l.get(), rl, rtol=_dtypes.tolerance(np.float32, n)[1])
+        lse = cuflash.lse_from_state((m, l))
+        np.testing.assert_allclose(lse.get(), scipy.special.logsumexp(x64.astype(dtype).astype(np.float64), axis=-1),
+                                   rtol=1e-5)
+    m, l = cuflash.online_softmax_state(_to_device([[np.inf, np.inf, 0.0]], np.float32))
+    assert m.get().tolist() == [np.inf] and l.get().tolist() == [2.0]  # lse_from_state -> +inf, as logsumexp
+
+
+@gpu
+def test_merge_states_property(cp):
+    hyp = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+    import cuflash
+
+    vals = st.one_of(st.floats(-50, 50, allow_nan=False, width=32), st.just(-np.inf))
+
+    @hyp.settings(max_examples=60, deadline=None)
+    @hyp.given(st.lists(vals, min_size=1, max_size=300), st.lists(st.integers(1, 300), min_size=1, max_size=6))
+    def check(xs, cuts):
+        x = np.asarray(xs, np.float32)
+        bounds = sorted({min(c, len(x)) for c in cuts} | {0, len(x)})
+        parts = [cp.asarray(x[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        state = cuflash.online_softmax_state(parts[0])
+        for p in parts[1:]:
+            state = cuflash.merge_states(state, cuflash.online_softmax_state(p))
+        whole = cuflash.online_softmax_state(cp.asarray(x))
+        assert float(state[0]) == float(whole[0])  # max is exact, -inf included
+        if np.isneginf(x).all():
+            assert float(state[1]) == 0.0 and float(whole[1]) == 0.0
+        else:
+            assert float(state[1]) == pytest.approx(float(whole[1]), rel=1e-5)
+        lse = float(cuflash.lse_from_state(state))
+        ref = scipy.special.logsumexp(x.astype(np.float64))
+        assert lse == ref or abs(lse - ref) <= 1e-5 * max(1.0, abs(ref))
+
+    check()
+
+
+@gpu
+def test_softmax_rows_sum_to_one_property(cp):
+    hyp = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+    import cuflash
+
+    @hyp.settings(max_examples=40, deadline=None)
+    @hyp.given(st.integers(1, 70000), st.integers(1, 4), st.floats(0.01, 80), st.sampled_from(list(DTYPES)))
+    def check(n, rows, scale, dname):
+        dt = DTYPES[dname]
+        x = (cp.random.standard_normal((rows, n), dtype=cp.float32) * scale).astype(dt)
+        s = cuflash.softmax(x, axis=-1).astype(cp.float64).sum(axis=-1).get()
+        assert np.all(np.abs(s - 1) <= 2 * _dtypes.eps(dt) + _dtypes.tolerance(dt, n)[1]), (s, n, dname)
+
+    check()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: bad input raises before any launch
+@gpu
+def test_bad_input(cp):
+    import cuflash
+
+    for bad in (cp.zeros((2, 3), np.int32), cp.zeros((2, 3), np.complex64), cp.zeros((2, 3), bool)):
+        for f in (cuflash.softmax, cuflash.log_softmax, cuflash.logsumexp, cuflash.online_softmax_state):
+            with pytest.raises(TypeError, match="dtype"):
+                f(bad)
+    x = cp.zeros((2, 3), np.float32)
+    for f in (cuflash.softmax, cuflash.log_softmax, cuflash.logsumexp, cuflash.online_softmax_state):
+        for axis in (2, -3, (0, 0), (0, 5)):
+            with pytest.raises(ValueError):
+                f(x, axis=axis)
+        with pytest.raises(TypeError):
+            f(x, axis=1.5)
+    with pytest.raises(ValueError, match="method"):
+        cuflash.softmax(x, method="fast")
+    with pytest.raises(TypeError):
+        cuflash.merge_states((x, x), 1.0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU, slow: more than 2^32 elements (64-bit offsets)
+@gpu
+@pytest.mark.slow
+def test_more_than_2_to_32_elements(cp):
+    import cuflash
+
+    rows, n = 4096, 1_048_577
+    try:
+        x = cp.empty((rows, n), dtype=np.float16)
+    except cp.cuda.memory.OutOfMemoryError:
+        pytest.skip("not enough device memory for 2 x 8.6 GB")
+    assert x.size > 2**32
+    for r0 in range(0, rows, 512):  # fill in pieces (a float32 temporary of the whole would be 17 GB)
+        x[r0:r0 + 512] = cp.random.standard_normal((512, n), dtype=cp.float32).astype(np.float16)
+    y = cuflash.softmax(x, axis=-1)
+    for r in (0, 2047, rows - 1):  # the last rows sit past 2^32 elements
+        x64 = x[r].get().astype(np.float64)
+        # float16 outputs near 1e-7 are subnormal (spacing 6e-8): an absolute floor of one spacing
+        np.testing.assert_allclose(y[r].get().astype(np.float64), scipy.special.softmax(x64), rtol=2e-3, atol=6e-8)
+    lse = cuflash.logsumexp(x, axis=-1)
+    np.testing.assert_allclose(float(lse[rows - 1]), scipy.special.logsumexp(x[rows - 1].get().astype(np.float64)),
+                               rtol=2e-3)
