@@ -4,20 +4,25 @@ state ``(m, l)`` they are built on (Milakov & Gimelshein, 2018).
 What this file teaches: a softmax is a reduction of each row to the state ``m = max(x)``, ``l = sum(exp(x - m))``
 followed (for softmax/log_softmax) by an elementwise pass. States merge: ``m = max(ma, mb)``,
 ``l = la·exp(ma − m) + lb·exp(mb − m)``, so one row can be cut over threads, warps, blocks, devices or time.
-The kernels (``cuda_src/softmax.cu``) pick one of four shapes per call:
+The kernels (``cuda_src/softmax.cu``) pick one shape per call (slots = 16-byte vectors per row, NV = 8 per
+thread, 4 for float64):
 
-=================  ========================================================  ===========================
-path               when (slots = 16-byte vectors per row, NV = 8 per thread)  HBM traffic (softmax)
-=================  ========================================================  ===========================
-``warp``           slots <= 32·NV: G = 1..32 lanes per row, row in registers  read n, write n
-``block``          slots <= 1024·NV and rows >= SMs: a block per row          read n, write n
-``split``          longer rows, or fewer rows than SMs: K blocks per row,     read n, write n (+ K states)
-                   chunk in registers, partial states merged through a
-                   workspace inside the one launch
-``stream``         rows too long for the split's residency, lse/state of      read 2n, write n (lse: n)
-                   long rows, and the ``safe``/``naive`` methods:
-                   partial states -> workspace, then a second launch
-=================  ========================================================  ===========================
+==============  ==========================================================  =============================
+path            when                                                        HBM traffic (softmax)
+==============  ==========================================================  =============================
+``warp``        slots <= 32·NV: G = 1..32 lanes per row, row in registers   read n, write n
+``block``       slots <= 512·NV (512·2NV for 16/32-bit), rows >= SMs:       read n, write n
+                a block per row, row in registers
+``split``       longer rows, or fewer rows than SMs (not float64): chunks   read n (+ n from L2), write n
+                of 32-64 KiB; a block reduces one chunk and publishes its
+                state, then normalises the chunk D tickets back once its
+                row's states are in (one launch, no length limit)
+``split_regs``  study only (``partition={"split": "registers"}``): chunks   read n, write n
+                held in registers while the row's blocks wait for each
+                other; K bounded by the blocks that fit on the GPU
+``stream``      lse/state of long rows, float64 long rows, the ``safe`` and  read 2n, write n (lse: n)
+                ``naive`` methods: partial states, then a second launch
+==============  ==========================================================  =============================
 
 ``method="online"`` (default) takes the cheapest path; ``"safe"`` makes three passes (max, sum, normalise);
 ``"naive"`` sums exp(x) with no max subtraction (overflows by design: the overflow experiment).
@@ -276,7 +281,7 @@ def _make_prep(x, axis, op, method, partition, dev):
     pr.direct = x2.data.ptr == x.data.ptr and (
         op >= OP_LSE or (x2.data.ptr % 16 == 0 and (pr.rows == 1 or ((ldx - pr.n) * isz) % 16 == 0)))
     if not pr.direct:
-        x2 = cupy_contiguous(x2)
+        x2 = _contiguous(x2)
         ldx = pr.n
     aligned = x2.data.ptr % 16 == 0 and (pr.rows == 1 or (ldx * isz) % 16 == 0)
     sms = _compile.sm_count(dev)
@@ -316,7 +321,7 @@ def _make_prep(x, axis, op, method, partition, dev):
     return pr
 
 
-def cupy_contiguous(x2):
+def _contiguous(x2):
     import cupy
 
     return cupy.ascontiguousarray(x2)
@@ -327,7 +332,7 @@ def _rows_of(x, perm, rows, n):
     xt = x if perm == tuple(range(x.ndim)) else x.transpose(perm)
     x2 = xt.reshape(rows, n)  # CuPy copies only when no view exists
     if n > 1 and x2.strides[1] != x2.itemsize:
-        x2 = cupy_contiguous(x2)
+        x2 = _contiguous(x2)
     return x2
 
 
@@ -335,7 +340,7 @@ def _exec(pr, x, op, method, y=_NUL, om=_NUL, ol=_NUL):
     """Launch the prepared kernels over x's rows; outputs: y ((rows, n) softmax, (rows,) lse), om/ol (state)."""
     import cupy
 
-    x2 = x if pr.direct else cupy_contiguous(_rows_of(x, pr.perm, pr.rows, pr.n))
+    x2 = x if pr.direct else _contiguous(_rows_of(x, pr.perm, pr.rows, pr.n))
     pl = pr.plan
     if pl.path == "split":
         ws = cupy.zeros(1 + pr.rows * pl.chunks, dtype=np.uint64)  # [0]: the ticket; then one word per chunk
