@@ -25,9 +25,16 @@ def as_cupy(x, name: str):
 
     if isinstance(x, cupy.ndarray):
         return x
-    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__"):
+
+    def has(attr):  # torch raises (rather than returning False) for some tensors, e.g. requires_grad=True
         try:
-            return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
+            return hasattr(x, attr)
+        except Exception:
+            return False
+
+    if has("__dlpack__") or has("__cuda_array_interface__"):
+        try:
+            return cupy.from_dlpack(x) if has("__dlpack__") else cupy.asarray(x)
         except Exception as e:  # pragma: no cover - depends on the producer
             raise TypeError(f"{name}: could not view {type(x).__name__} as a CuPy array: {e}") from None
     raise TypeError(f"{name} must be a CuPy array (or a CUDA array via DLPack / __cuda_array_interface__), "

@@ -144,20 +144,32 @@ def sm_count(device_id: int) -> int:
 def launch(kernel, grid, block, args, shared_mem: int = 0, what: str = "") -> None:
     """Launch ``kernel`` on the current stream; raise ConfigurationError if the shared memory does not fit.
 
-    Dynamic shared memory above 48 KiB is requested explicitly (``cudaFuncAttributeMaxDynamicSharedMemorySize``).
+    The 48 KiB default limit covers static plus dynamic shared memory, so whenever the two together exceed
+    it the dynamic limit is raised explicitly (``cudaFuncAttributeMaxDynamicSharedMemorySize``).
     """
-    if shared_mem > 48 * 1024:
-        import cupy
+    if shared_mem:
+        static = _static_smem(kernel)
+        if shared_mem + static > 48 * 1024:
+            import cupy
 
-        dev = cupy.cuda.runtime.getDevice()
-        limit = max_shared_optin(dev)
-        if shared_mem > limit:
-            raise ConfigurationError(
-                f"{what or kernel.name}: needs {shared_mem} bytes of shared memory per block, "
-                f"the device allows {limit}")
-        if kernel.max_dynamic_shared_size_bytes < shared_mem:
-            kernel.max_dynamic_shared_size_bytes = shared_mem
+            limit = max_shared_optin(cupy.cuda.runtime.getDevice())
+            if shared_mem + static > limit:
+                raise ConfigurationError(
+                    f"{what or kernel.name}: needs {shared_mem} bytes of dynamic + {static} bytes of static shared "
+                    f"memory per block, the device allows {limit}")
+            if kernel.max_dynamic_shared_size_bytes < shared_mem:
+                kernel.max_dynamic_shared_size_bytes = shared_mem
     kernel(grid, block, args, shared_mem=shared_mem)
+
+
+_STATIC_SMEM: dict = {}
+
+
+def _static_smem(kernel) -> int:
+    n = _STATIC_SMEM.get(kernel)
+    if n is None:
+        n = _STATIC_SMEM[kernel] = int(kernel.shared_size_bytes)
+    return n
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -175,33 +187,47 @@ def compile_offline(source: str, name: str, arch: str = "90", extra_options: tup
     """Compile one instantiation with NVRTC for ``sm_<arch>`` without a GPU; return ptxas's resource report.
 
     Returns a dict with ``registers``, ``stack``, ``spill_stores``, ``spill_loads``, ``smem`` (static bytes),
-    ``cubin_bytes`` and the raw ``log``. Raises RuntimeError with the compiler log on a compile error.
+    ``lowered`` (mangled name) and the raw ``log``. Raises RuntimeError with the compiler log on a compile error.
+    """
+    return compile_offline_many(source, [name], arch, extra_options)[name]
+
+
+def compile_offline_many(source: str, names, arch: str = "90", extra_options: tuple[str, ...] = ()) -> dict:
+    """Like :func:`compile_offline` for several name expressions of one source in one NVRTC program.
+
+    The front end parses the source and its headers once; ptxas reports each entry separately.
+    Returns {name: report}.
     """
     from cupy_backends.cuda.libs import nvrtc
 
     code = (SRC_DIR / source).read_text()
-    opts = list(options(extra_options)) + ["-ftz=true", f"--gpu-architecture=sm_{arch}", "--ptxas-options=-v"]
+    opts = list(options(extra_options)) + ["-ftz=true", "--ptxas-options=-v"]
+    if not any(o.startswith(("--gpu-architecture", "-arch")) for o in opts):
+        opts.append(f"--gpu-architecture=sm_{arch}")
     prog = nvrtc.createProgram(code, source, [], [])
     try:
-        nvrtc.addNameExpression(prog, name)
+        for n in names:
+            nvrtc.addNameExpression(prog, n)
         try:
             nvrtc.compileProgram(prog, opts)
         except nvrtc.NVRTCError as e:
-            raise RuntimeError(f"{source} {name} sm_{arch}: {e}\n{nvrtc.getProgramLog(prog)}") from None
+            raise RuntimeError(f"{source} {list(names)} sm_{arch}: {e}\n{nvrtc.getProgramLog(prog)}") from None
         log = nvrtc.getProgramLog(prog)
-        lowered = nvrtc.getLoweredName(prog, name)
-        cubin = nvrtc.getCUBIN(prog)
+        lowered = {n: nvrtc.getLoweredName(prog, n) for n in names}
     finally:
         nvrtc.destroyProgram(prog)
-    # ptxas reports every entry in the program; keep the block of the requested one.
-    block = log
-    i = log.find(f"Compiling entry function '{lowered}'")
-    if i >= 0:
-        j = log.find("Compiling entry function", i + 10)
-        block = log[i: j if j > 0 else len(log)]
-    rep = {k: int(m.group(1)) if (m := r.search(block)) else 0 for k, r in _PTXAS_RE.items()}
-    rep.update(cubin_bytes=len(cubin), log=log, lowered=lowered)
-    return rep
+    out = {}
+    for n, low in lowered.items():
+        # ptxas reports every entry in the program; keep the block of this one.
+        block = ""
+        i = log.find(f"Compiling entry function '{low}'")
+        if i >= 0:
+            j = log.find("Compiling entry function", i + 10)
+            block = log[i: j if j > 0 else len(log)]
+        rep = {k: int(m.group(1)) if (m := r.search(block)) else 0 for k, r in _PTXAS_RE.items()}
+        rep.update(log=log, entry_log=block, lowered=low)
+        out[n] = rep
+    return out
 
 
 def typed(x, ctype=np.int32):

@@ -3,7 +3,8 @@
 # included) and the named benchmark/experiment commands, writes the record to experiments/results/, and packs
 # results + plots into $OUT/results.tgz for the checkout to commit.
 #   usage: bash experiments/gpu_run.sh [TAG] [-- extra pytest args]
-# Environment: BENCH='cmd1;cmd2;...' benchmark commands run after the tests (each under `timeout`).
+# Environment: BENCH='cmd1;cmd2;...' benchmark commands run after the tests, one at a time (each under `timeout`);
+# the pytest-benchmark files (tests/*_bench.py) are left out of the parallel test run: timings need the GPU alone.
 set -u
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 tag=${1:-gpu}; shift || true
@@ -13,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__)"
 start=$(date +%s)
 CUFLASH_GPU_RECORD=experiments/results/${tag}_tests.json timeout ${TEST_TIMEOUT:-400} \
-  python3 -m pytest -q --maxfail=60 -p no:cacheprovider -o addopts="-ra --benchmark-disable" \
+  python3 -m pytest -q --maxfail=60 -p no:cacheprovider -o addopts="-ra --benchmark-disable" --ignore-glob="*_bench.py" \
   --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log" | grep -v "^tests/.* PASSED" | tail -n 80
 echo "tests took $(( $(date +%s) - start )) s"
 IFS=';' read -ra cmds <<< "${BENCH:-}"
@@ -23,7 +24,7 @@ for c in "${cmds[@]}"; do
   timeout ${BENCH_TIMEOUT:-240} bash -c "$c" 2>&1 | tee -a "$OUT/bench.log" | tail -n 40
   echo "=== took $(( $(date +%s) - s )) s"
 done
-tar czf "$OUT/results.tgz" experiments/results plots 2>/dev/null
+tar czf "$OUT/results.tgz" experiments/results experiments/REPORT.md plots 2>/dev/null
 python3 - <<'PY'
 import json, glob
 for f in sorted(glob.glob("experiments/results/*_tests.json")):

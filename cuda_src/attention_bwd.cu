@@ -1,0 +1,599 @@
+// attention_bwd.cu — FlashAttention backward with recomputation (Dao, "FlashAttention-2", 2023, Alg. 2).
+//
+// Nothing of size seqlen_q x seqlen_k is stored: S = Q K^T * scale and P = exp(S - lse) are recomputed from the
+// forward's saved logsumexp, tile by tile, on chip.
+//   version 1 (bwd_preprocess):  Delta_i = rowsum(dO_i o O_i) in float32 (reads 2·N·d, writes N floats); also
+//                                writes lse_safe (lse with -inf -> +inf so exp(S - lse_safe) = 0 for empty rows)
+//                                and zeroes the float32 dQ accumulator of the atomic path.
+//   version 2 (bwd_dkdv):        grid (ceil(Sk/Bc), heads_kv, batch). A block owns K_j, V_j (Bc x d) and loops
+//                                over the query heads of its GQA group and the Q tiles that see K_j:
+//                                  S^T = K_j Q_i^T, P^T = exp(S^T * scale - lse), dV_j += P^T dO_i,
+//                                  dP^T = V_j dO_i^T, dS^T = P^T o (dP^T - Delta), dK_j += dS^T Q_i,
+//                                  and (atomic path) dQ_i += dS_i K_j into a float32 accumulator with atomicAdd.
+//                                dK, dV live in float32 registers for the whole loop (no atomics on them).
+//   version 3 (bwd_dq):          the deterministic dQ: grid (ceil(Sq/Br), heads_q, batch), the block owns Q_i,
+//                                dO_i and loops over the K tiles in a fixed order (recomputes S, P, dP, dS):
+//                                dQ_i = scale · sum_j dS_ij K_j, written once. No atomics: bitwise reproducible.
+//   version 4 (bwd_dq_convert):  dQ accumulator (float32) · scale -> dq in the input dtype and layout.
+//   version 5 (bwd_*_simt):      float32 inputs: one warp per query row (dQ) / per key row (dK, dV), plain
+//                                float32 FMAs and warp-shuffle dot products. Exact float32, deterministic, slow.
+// Tensor cores: mma.sync m16n8k16 with float32 accumulators (16-bit inputs), warps own 16 rows; P^T and dS^T
+// stay in registers as the A operand of the next product (the accumulator layout of two n8 tiles is an A
+// fragment). Br = Bc = 64, 4 warps per 64 rows; head_dim 256 uses 2 warps per 16 rows, each owning half of the
+// d columns of dK/dV/dQ (S and dP are computed by both).
+// Masks (bottom-right aligned): query i sits at key position i + Sk - Sq; key j is visible iff
+// (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left) and j < Sk, i < Sq. Masked
+// entries get P = 0 exactly; tiles entirely masked are never visited.
+#include "cuflash/common.cuh"
+#include "cuflash/mma.cuh"
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+namespace cuflash {
+namespace attn_bwd {
+
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr int BM = 64;  // Br = Bc = 64
+
+__device__ __forceinline__ bool visible(int i, int j, int Sq, int Sk, int shift, int left, int right) {
+  return i < Sq && j < Sk && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// version 1: Delta = rowsum(dO o O), lse_safe, zero the dQ accumulator. One warp per row (b, h, i).
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_preprocess(
+    const T* __restrict__ out, const T* __restrict__ dout, const float* __restrict__ lse,
+    float* __restrict__ delta, float* __restrict__ lse_safe, float* __restrict__ dq_accum,
+    i64 o_sb, i64 o_sh, i64 o_ss, i64 do_sb, i64 do_sh, i64 do_ss, i64 l_sb, i64 l_sh, i64 l_ss,
+    int Hq, int Sq, int D, int Dacc, int zero_dq, i64 rows) {
+  const int lane = threadIdx.x & 31;
+  const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const i64 b = r / ((i64)Hq * Sq);
+  const i64 h = (r / Sq) % Hq;
+  const i64 i = r % Sq;
+  const T* o = out + b * o_sb + h * o_sh + i * o_ss;
+  const T* g = dout + b * do_sb + h * do_sh + i * do_ss;
+  float acc = 0.f;
+  for (int c = lane; c < D; c += 32) acc += to_float(o[c]) * to_float(g[c]);
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+  if (lane == 0) {
+    delta[r] = acc;
+    const float L = lse[b * l_sb + h * l_sh + i * l_ss];
+    lse_safe[r] = (L == -INFINITY) ? INFINITY : L;
+  }
+  if (zero_dq) {
+    float* a = dq_accum + r * Dacc;
+    for (int c = lane; c < Dacc; c += 32) a[c] = 0.f;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Shared helpers of the tensor-core kernels. HD: head_dim (padded, native), LD = HD + 8 (row pad: ldmatrix rows
+// of 8 consecutive smem rows land in distinct bank groups).
+
+// Async-load rows [row0, row0 + ROWS) of a (seqlen, HD) slice with row stride `rs` into s[ROWS][LD]; rows >=
+// nrows are zero-filled.
+template <typename T, int HD, int NTHREADS, int ROWS = BM>
+__device__ __forceinline__ void load_tile_async(T* s, const T* g, i64 rs, int row0, int nrows) {
+  constexpr int LD = HD + 8, CPR = HD / 8;
+  for (int c = threadIdx.x; c < ROWS * CPR; c += NTHREADS) {
+    const int r = c / CPR, cc = c - r * CPR;
+    const bool ok = row0 + r < nrows;
+    const T* src = ok ? g + (i64)(row0 + r) * rs + cc * 8 : g;
+    cp_async_16(smem_u32(s + r * LD + cc * 8), src, ok);
+  }
+}
+
+// acc(16 x 8NT) += X[xr0 .. xr0+16][0..KD] · Y[yr0 .. yr0+8NT][0..KD]^T, X and Y row-major in smem (ld LD).
+template <typename T, int KD, int NT, int LD>
+__device__ __forceinline__ void gemm_xyT(float (&acc)[NT][4], const T* X, int xr0, const T* Y, int yr0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int kk = 0; kk < KD / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(a, smem_u32(X + (xr0 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t r[4];
+      ldmatrix_x4(r, smem_u32(Y + (yr0 + np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
+                              ((lane >> 3) & 1) * 8));
+      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      mma_m16n8k16<T>(acc[2 * np], a, b0);
+      mma_m16n8k16<T>(acc[2 * np + 1], a, b1);
+    }
+  }
+}
+
+// acc(16 x 8NT) += A(16 x 16KT, registers) · Y[0 .. 16KT][n0 .. n0+8NT] (Y row-major in smem, ld LD: k-major).
+template <typename T, int KT, int NT, int LD>
+__device__ __forceinline__ void gemm_rA_y(float (&acc)[NT][4], const uint32_t (&a)[KT][4], const T* Y, int n0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t r[4];
+      ldmatrix_x4_trans(r, smem_u32(Y + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + n0 + np * 16 +
+                                    (lane >> 4) * 8));
+      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      mma_m16n8k16<T>(acc[2 * np], a[kk], b0);
+      mma_m16n8k16<T>(acc[2 * np + 1], a[kk], b1);
+    }
+  }
+}
+
+// acc(16 x 8NT) += A · Y[0 .. 16KT][n0 .. n0+8NT] with A[m][k] = At[k][am0 + m] read from smem (At row-major,
+// ld LDA: ldmatrix.trans) one k16 step at a time (fewer live registers than gemm_rA_y).
+template <typename T, int KT, int NT, int LDA, int LD>
+__device__ __forceinline__ void gemm_sAt_y(float (&acc)[NT][4], const T* At, int am0, const T* Y, int n0) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4_trans(a, smem_u32(At + (kk * 16 + (mi >> 1) * 8 + (lane & 7)) * LDA + am0 + (mi & 1) * 8));
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t r[4];
+      ldmatrix_x4_trans(r, smem_u32(Y + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + n0 + np * 16 +
+                                    (lane >> 4) * 8));
+      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      mma_m16n8k16<T>(acc[2 * np], a, b0);
+      mma_m16n8k16<T>(acc[2 * np + 1], a, b1);
+    }
+  }
+}
+
+// Accumulator tiles (16 x 8NT, float) -> A fragments (16 x 16(NT/2), T).
+template <typename T, int NT>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[NT / 2][4], const float (&c)[NT][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    a[kk][0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+}
+
+template <typename T, int NT>
+__device__ __forceinline__ void zero_acc(float (&c)[NT][4]) {
+#pragma unroll
+  for (int n = 0; n < NT; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+}
+
+
+// ------------------------------------------------------------------------------------------------------------
+// version 2: dK, dV per K/V tile of BC keys (and dQ by float32 atomics when use_atomic_dq); Q tiles of BM rows.
+// Warp w: key rows wr*16 .. wr*16+15 of the tile (wr = w % (BC/16)), d columns wn*DW .. wn*DW+DW-1
+// (wn = w / (BC/16)). For dQ (BM queries x HD) warp w owns query rows qr*16.. (qr = w % 4) and d columns
+// cs*DWQ.. (cs = w / 4). Shared memory: K, V (BC x LD), Q, dO (BM x LD), dS^T (BC x (BM+8)), lse, D (BM).
+template <typename T, int HD, int WN, int BC>
+__global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse_safe, const float* __restrict__ delta, float* __restrict__ dq_accum,
+    T* __restrict__ dk, T* __restrict__ dv,
+    i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
+    i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
+    int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int use_atomic_dq) {
+  constexpr int WR = BC / 16;              // warps along the keys
+  constexpr int NW = WR * WN;              // warps per block
+  constexpr int NTHREADS = 32 * NW, LD = HD + 8, LDS = BM + 8, DW = HD / WN;
+  constexpr int NQ = BM / 8;               // n8 tiles over the 64 queries of S^T
+  constexpr int ND = DW / 8;               // n8 tiles over this warp's d columns of dK, dV
+  constexpr int NCS = NW / (BM / 16);      // dQ: column splits
+  constexpr int DWQ = HD / NCS;            // dQ: d columns per warp
+  constexpr int NDQ = DWQ / 8;
+  static_assert(DW % 16 == 0 && DWQ % 16 == 0, "d columns per warp must be a multiple of 16");
+  static_assert(NW % (BM / 16) == 0, "warps must tile the dQ rows");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + BC * LD;
+  T* sQ = sV + BC * LD;
+  T* sdO = sQ + BM * LD;
+  T* sdS = sdO + BM * LD;  // dS^T: [key][query]
+  float* sLse = reinterpret_cast<float*>(sdS + BC * LDS);
+  float* sDelta = sLse + BM;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp % WR, wn = warp / WR;
+  const int g = lane >> 2, t = lane & 3;
+  const int j0 = blockIdx.x * BC;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const int group = Hq / Hkv;
+  const int shift = Sk - Sq;
+
+  // Query rows that see at least one key of [j0, j1).
+  const int j1 = min(j0 + BC, Sk);
+  const long long ilo_ll = right < 0 ? 0 : max(0ll, (long long)j0 - shift - right);
+  const long long ihi_ll = left < 0 ? (long long)Sq - 1 : min((long long)Sq - 1, (long long)j1 - 1 - shift + left);
+  const int it0 = (int)(ilo_ll / BM) * BM;
+  const int ntiles = ihi_ll < ilo_ll ? 0 : (int)((ihi_ll - it0) / BM + 1);
+  const int niter = ntiles * group;
+
+  const T* kg = k + (i64)b * k_sb + (i64)hk * k_sh;
+  const T* vg = v + (i64)b * v_sb + (i64)hk * v_sh;
+  load_tile_async<T, HD, NTHREADS, BC>(sK, kg, k_ss, j0, Sk);
+  load_tile_async<T, HD, NTHREADS, BC>(sV, vg, v_ss, j0, Sk);
+
+  // Issue the loads of iteration `it` (Q_i, dO_i async; lse, Delta synchronous).
+  auto issue = [&](int it) {
+    const int h = hk * group + it / ntiles;
+    const int i0 = it0 + (it % ntiles) * BM;
+    load_tile_async<T, HD, NTHREADS>(sQ, q + (i64)b * q_sb + (i64)h * q_sh, q_ss, i0, Sq);
+    load_tile_async<T, HD, NTHREADS>(sdO, dout + (i64)b * do_sb + (i64)h * do_sh, do_ss, i0, Sq);
+    const i64 rb = ((i64)b * Hq + h) * Sq;
+    for (int r = tid; r < BM; r += NTHREADS) {
+      const int i = i0 + r;
+      sLse[r] = i < Sq ? lse_safe[rb + i] : INFINITY;
+      sDelta[r] = i < Sq ? delta[rb + i] : 0.f;
+    }
+  };
+  if (niter > 0) issue(0);
+  cp_async_commit();
+
+  float dk_acc[ND][4], dv_acc[ND][4];
+  zero_acc<T, ND>(dk_acc);
+  zero_acc<T, ND>(dv_acc);
+
+  for (int it = 0; it < niter; ++it) {
+    const int i0 = it0 + (it % ntiles) * BM;
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // S^T = K_w Q^T (16 keys x 64 queries), P^T = exp(S^T * scale - lse) (masked -> 0).
+    float s[NQ][4];
+    zero_acc<T, NQ>(s);
+    gemm_xyT<T, HD, NQ, LD>(s, sK, wr * 16, sQ, 0);
+#pragma unroll
+    for (int n = 0; n < NQ; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jl = wr * 16 + g + (e >> 1) * 8;
+        const int il = n * 8 + 2 * t + (e & 1);
+        const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
+        s[n][e] = ok ? exp2f((s[n][e] * scale - sLse[il]) * LOG2E) : 0.f;
+      }
+    }
+    // dP^T = V_w dO^T; dS^T = P^T o (dP^T - Delta).
+    float dp[NQ][4];
+    zero_acc<T, NQ>(dp);
+    gemm_xyT<T, HD, NQ, LD>(dp, sV, wr * 16, sdO, 0);
+#pragma unroll
+    for (int n = 0; n < NQ; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = n * 8 + 2 * t + (e & 1);
+        dp[n][e] = s[n][e] * (dp[n][e] - sDelta[il]);
+      }
+    }
+    uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
+    acc_to_a<T, NQ>(pa, s);
+    acc_to_a<T, NQ>(dsa, dp);
+    // dV += P^T dO, dK += dS^T Q (this warp's d columns).
+    gemm_rA_y<T, NQ / 2, ND, LD>(dv_acc, pa, sdO, wn * DW);
+    gemm_rA_y<T, NQ / 2, ND, LD>(dk_acc, dsa, sQ, wn * DW);
+
+    if (use_atomic_dq && wn == 0) {
+      // dS^T (rows = keys) to shared memory for the dQ product.
+#pragma unroll
+      for (int kk = 0; kk < NQ / 2; ++kk) {
+        const int c = kk * 16 + 2 * t;
+        T* row0 = sdS + (wr * 16 + g) * LDS;
+        T* row1 = row0 + 8 * LDS;
+        *reinterpret_cast<uint32_t*>(row0 + c) = dsa[kk][0];
+        *reinterpret_cast<uint32_t*>(row1 + c) = dsa[kk][1];
+        *reinterpret_cast<uint32_t*>(row0 + c + 8) = dsa[kk][2];
+        *reinterpret_cast<uint32_t*>(row1 + c + 8) = dsa[kk][3];
+      }
+    }
+    __syncthreads();  // sQ, sdO, sLse, sDelta free; sdS complete
+    if (it + 1 < niter) issue(it + 1);
+    cp_async_commit();
+
+    if (use_atomic_dq) {
+      // dQ_i (queries qr*16.., d columns cs*DWQ..) += dS K_j, A = dS[query][key] = sdS^T (ldmatrix.trans).
+      const int qr = (threadIdx.x >> 5) % (BM / 16), cs = (threadIdx.x >> 5) / (BM / 16);
+      const int h = hk * group + it / ntiles;
+      float dq[NDQ][4];
+      zero_acc<T, NDQ>(dq);
+      gemm_sAt_y<T, BC / 16, NDQ, LDS, LD>(dq, sdS, qr * 16, sK, cs * DWQ);
+      float* base = dq_accum + ((i64)b * Hq + h) * Sq * HD;
+#pragma unroll
+      for (int n = 0; n < NDQ; ++n) {
+        const int c = cs * DWQ + n * 8 + 2 * t;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = i0 + qr * 16 + g + hh * 8;
+          if (i < Sq) {
+            float* p = base + (i64)i * HD + c;
+#if __CUDA_ARCH__ >= 900
+            atomicAdd(reinterpret_cast<float2*>(p), make_float2(dq[n][2 * hh], dq[n][2 * hh + 1]));
+#else
+            atomicAdd(p, dq[n][2 * hh]);
+            atomicAdd(p + 1, dq[n][2 * hh + 1]);
+#endif
+          }
+        }
+      }
+    }
+  }
+
+  cp_async_wait<0>();  // nothing left in flight (also when no Q tile was visited)
+
+  // Write dK * scale, dV (rows j < Sk, columns c < Dout) in T.
+  T* dkg = dk + (i64)b * dk_sb + (i64)hk * dk_sh;
+  T* dvg = dv + (i64)b * dv_sb + (i64)hk * dv_sh;
+#pragma unroll
+  for (int n = 0; n < ND; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = j0 + wr * 16 + g + (e >> 1) * 8;
+      const int c = wn * DW + n * 8 + 2 * t + (e & 1);
+      if (j < Sk && c < Dout) {
+        dkg[(i64)j * dk_ss + c] = from_float<T>(dk_acc[n][e] * scale);
+        dvg[(i64)j * dv_ss + c] = from_float<T>(dv_acc[n][e]);
+      }
+    }
+  }
+}
+
+template <int HD>
+__host__ __device__ constexpr int smem_dq_bytes(int elem) {
+  return 4 * BM * (HD + 8) * elem + 2 * BM * 4;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// version 3: deterministic dQ. Warp w: query rows wr*16.. of the tile, d columns wn*DW...
+template <typename T, int HD, int WN>
+__global__ void __launch_bounds__(128 * WN) bwd_dq(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse_safe, const float* __restrict__ delta, T* __restrict__ dqo,
+    i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
+    i64 do_sb, i64 do_sh, i64 do_ss, i64 dq_sb, i64 dq_sh, i64 dq_ss,
+    int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale) {
+  constexpr int NTHREADS = 128 * WN, LD = HD + 8, DW = HD / WN;
+  constexpr int NK = BM / 8, ND = DW / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sdO = sQ + BM * LD;
+  T* sK = sdO + BM * LD;
+  T* sV = sK + BM * LD;
+  float* sLse = reinterpret_cast<float*>(sV + BM * LD);
+  float* sDelta = sLse + BM;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp & 3, wn = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int i0 = blockIdx.x * BM;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (Hq / Hkv);
+  const int shift = Sk - Sq;
+
+  const int i1 = min(i0 + BM, Sq);
+  const long long jlo_ll = left < 0 ? 0 : max(0ll, (long long)i0 + shift - left);
+  const long long jhi_ll = right < 0 ? (long long)Sk - 1 : min((long long)Sk - 1, (long long)i1 - 1 + shift + right);
+  const int jt0 = (int)(jlo_ll / BM) * BM;
+  const int ntiles = jhi_ll < jlo_ll ? 0 : (int)((jhi_ll - jt0) / BM + 1);
+
+  load_tile_async<T, HD, NTHREADS>(sQ, q + (i64)b * q_sb + (i64)h * q_sh, q_ss, i0, Sq);
+  load_tile_async<T, HD, NTHREADS>(sdO, dout + (i64)b * do_sb + (i64)h * do_sh, do_ss, i0, Sq);
+  const i64 rb = ((i64)b * Hq + h) * Sq;
+  for (int r = tid; r < BM; r += NTHREADS) {
+    const int i = i0 + r;
+    sLse[r] = i < Sq ? lse_safe[rb + i] : INFINITY;
+    sDelta[r] = i < Sq ? delta[rb + i] : 0.f;
+  }
+  const T* kg = k + (i64)b * k_sb + (i64)hk * k_sh;
+  const T* vg = v + (i64)b * v_sb + (i64)hk * v_sh;
+
+  float dq[ND][4];
+  zero_acc<T, ND>(dq);
+  float L[2] = {0.f, 0.f}, Dl[2] = {0.f, 0.f};
+
+  for (int jt = 0; jt < ntiles; ++jt) {
+    const int j0 = jt0 + jt * BM;
+    __syncthreads();  // previous tile's sK, sV no longer read
+    load_tile_async<T, HD, NTHREADS>(sK, kg, k_ss, j0, Sk);
+    load_tile_async<T, HD, NTHREADS>(sV, vg, v_ss, j0, Sk);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (jt == 0) {
+      L[0] = sLse[wr * 16 + g];
+      L[1] = sLse[wr * 16 + g + 8];
+      Dl[0] = sDelta[wr * 16 + g];
+      Dl[1] = sDelta[wr * 16 + g + 8];
+    }
+    float s[NK][4];
+    zero_acc<T, NK>(s);
+    gemm_xyT<T, HD, NK, LD>(s, sQ, wr * 16, sK, 0);
+#pragma unroll
+    for (int n = 0; n < NK; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = wr * 16 + g + (e >> 1) * 8;
+        const int jl = n * 8 + 2 * t + (e & 1);
+        const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
+        s[n][e] = ok ? exp2f((s[n][e] * scale - L[e >> 1]) * LOG2E) : 0.f;
+      }
+    }
+    float dp[NK][4];
+    zero_acc<T, NK>(dp);
+    gemm_xyT<T, HD, NK, LD>(dp, sdO, wr * 16, sV, 0);
+#pragma unroll
+    for (int n = 0; n < NK; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Dl[e >> 1]);
+    }
+    uint32_t dsa[NK / 2][4];
+    acc_to_a<T, NK>(dsa, dp);
+    gemm_rA_y<T, NK / 2, ND, LD>(dq, dsa, sK, wn * DW);
+  }
+
+  cp_async_commit();
+  cp_async_wait<0>();  // nothing left in flight (also when no K tile was visited)
+
+  T* dqg = dqo + (i64)b * dq_sb + (i64)h * dq_sh;
+#pragma unroll
+  for (int n = 0; n < ND; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i0 + wr * 16 + g + (e >> 1) * 8;
+      const int c = wn * DW + n * 8 + 2 * t + (e & 1);
+      if (i < Sq && c < Dout) dqg[(i64)i * dq_ss + c] = from_float<T>(dq[n][e] * scale);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// version 4: dq = dq_accum * scale in T (one warp per row).
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_dq_convert(const float* __restrict__ dq_accum, T* __restrict__ dq,
+                                                       i64 dq_sb, i64 dq_sh, i64 dq_ss, int Hq, int Sq, int Dout,
+                                                       int Dacc, float scale, i64 rows) {
+  const int lane = threadIdx.x & 31;
+  const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const i64 b = r / ((i64)Hq * Sq), h = (r / Sq) % Hq, i = r % Sq;
+  const float* a = dq_accum + r * Dacc;
+  T* o = dq + b * dq_sb + h * dq_sh + i * dq_ss;
+  for (int c = lane; c < Dout; c += 32) o[c] = from_float<T>(a[c] * scale);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// version 5: SIMT (float32 inputs). Lane l holds columns l, l+32, ... (D <= 256: 8 per lane).
+constexpr int SIMT_U = 8;
+
+__device__ __forceinline__ float2 warp_sum2(float2 x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    x.x += __shfl_xor_sync(0xffffffffu, x.x, m);
+    x.y += __shfl_xor_sync(0xffffffffu, x.y, m);
+  }
+  return x;
+}
+
+template <typename T>
+__device__ __forceinline__ void load_row(float (&x)[SIMT_U], const T* p, int D) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < SIMT_U; ++u) {
+    const int c = lane + 32 * u;
+    x[u] = c < D ? to_float(p[c]) : 0.f;
+  }
+}
+
+// dQ: one warp per query row; keys in the row's visible range, in order.
+template <typename T>
+__global__ void __launch_bounds__(128) bwd_dq_simt(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse_safe, const float* __restrict__ delta, T* __restrict__ dqo,
+    i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
+    i64 do_sb, i64 do_sh, i64 do_ss, i64 dq_sb, i64 dq_sh, i64 dq_ss,
+    int Hq, int Hkv, int Sq, int Sk, int D, int left, int right, float scale) {
+  const int lane = threadIdx.x & 31;
+  const int i = blockIdx.x * 4 + (threadIdx.x >> 5);
+  const int h = blockIdx.y, b = blockIdx.z;
+  if (i >= Sq) return;
+  const int hk = h / (Hq / Hkv);
+  const int shift = Sk - Sq;
+  float qv[SIMT_U], gv[SIMT_U], acc[SIMT_U];
+  load_row(qv, q + (i64)b * q_sb + (i64)h * q_sh + (i64)i * q_ss, D);
+  load_row(gv, dout + (i64)b * do_sb + (i64)h * do_sh + (i64)i * do_ss, D);
+#pragma unroll
+  for (int u = 0; u < SIMT_U; ++u) acc[u] = 0.f;
+  const i64 row = ((i64)b * Hq + h) * Sq + i;
+  const float L = lse_safe[row], Dl = delta[row];
+  const long long jlo = left < 0 ? 0 : max(0ll, (long long)i + shift - left);
+  const long long jhi = right < 0 ? (long long)Sk - 1 : min((long long)Sk - 1, (long long)i + shift + right);
+  const T* kg = k + (i64)b * k_sb + (i64)hk * k_sh;
+  const T* vg = v + (i64)b * v_sb + (i64)hk * v_sh;
+  for (long long j = jlo; j <= jhi; ++j) {
+    float kv[SIMT_U], vv[SIMT_U];
+    load_row(kv, kg + (i64)j * k_ss, D);
+    load_row(vv, vg + (i64)j * v_ss, D);
+    float2 sd = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < SIMT_U; ++u) {
+      sd.x += qv[u] * kv[u];
+      sd.y += gv[u] * vv[u];
+    }
+    sd = warp_sum2(sd);
+    const float p = exp2f((sd.x * scale - L) * LOG2E);
+    const float ds = p * (sd.y - Dl);
+#pragma unroll
+    for (int u = 0; u < SIMT_U; ++u) acc[u] += ds * kv[u];
+  }
+  T* o = dqo + (i64)b * dq_sb + (i64)h * dq_sh + (i64)i * dq_ss;
+#pragma unroll
+  for (int u = 0; u < SIMT_U; ++u) {
+    const int c = lane + 32 * u;
+    if (c < D) o[c] = from_float<T>(acc[u] * scale);
+  }
+}
+
+// dK, dV: one warp per key row; query heads of the group, then visible query rows, in order.
+template <typename T>
+__global__ void __launch_bounds__(128) bwd_dkdv_simt(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse_safe, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
+    i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
+    i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
+    int Hq, int Hkv, int Sq, int Sk, int D, int left, int right, float scale) {
+  const int lane = threadIdx.x & 31;
+  const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
+  const int hk = blockIdx.y, b = blockIdx.z;
+  if (j >= Sk) return;
+  const int group = Hq / Hkv;
+  const int shift = Sk - Sq;
+  float kv[SIMT_U], vv[SIMT_U], dka[SIMT_U], dva[SIMT_U];
+  load_row(kv, k + (i64)b * k_sb + (i64)hk * k_sh + (i64)j * k_ss, D);
+  load_row(vv, v + (i64)b * v_sb + (i64)hk * v_sh + (i64)j * v_ss, D);
+#pragma unroll
+  for (int u = 0; u < SIMT_U; ++u) dka[u] = dva[u] = 0.f;
+  // visible iff j <= i + shift + right and j >= i + shift - left  <=>  j - shift - right <= i <= j - shift + left
+  const long long ilo = right < 0 ? 0 : max(0ll, (long long)j - shift - right);
+  const long long ihi = left < 0 ? (long long)Sq - 1 : min((long long)Sq - 1, (long long)j - shift + left);
+  for (int hq = hk * group; hq < (hk + 1) * group; ++hq) {
+    const T* qg = q + (i64)b * q_sb + (i64)hq * q_sh;
+    const T* gg = dout + (i64)b * do_sb + (i64)hq * do_sh;
+    const i64 rb = ((i64)b * Hq + hq) * Sq;
+    for (long long i = ilo; i <= ihi; ++i) {
+      float qv[SIMT_U], gv[SIMT_U];
+      load_row(qv, qg + (i64)i * q_ss, D);
+      load_row(gv, gg + (i64)i * do_ss, D);
+      float2 sd = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < SIMT_U; ++u) {
+        sd.x += qv[u] * kv[u];
+        sd.y += gv[u] * vv[u];
+      }
+      sd = warp_sum2(sd);
+      const float p = exp2f((sd.x * scale - lse_safe[rb + i]) * LOG2E);
+      const float ds = p * (sd.y - delta[rb + i]);
+#pragma unroll
+      for (int u = 0; u < SIMT_U; ++u) {
+        dva[u] += p * gv[u];
+        dka[u] += ds * qv[u];
+      }
+    }
+  }
+  T* ko = dk + (i64)b * dk_sb + (i64)hk * dk_sh + (i64)j * dk_ss;
+  T* vo = dv + (i64)b * dv_sb + (i64)hk * dv_sh + (i64)j * dv_ss;
+#pragma unroll
+  for (int u = 0; u < SIMT_U; ++u) {
+    const int c = lane + 32 * u;
+    if (c < D) {
+      ko[c] = from_float<T>(dka[u] * scale);
+      vo[c] = from_float<T>(dva[u]);
+    }
+  }
+}
+
+}  // namespace attn_bwd
+}  // namespace cuflash

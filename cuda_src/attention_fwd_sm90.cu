@@ -1,0 +1,491 @@
+// attention_fwd_sm90.cu — attention forward for Hopper (sm_90a): wgmma.mma_async for both GEMMs.
+//
+// The next rungs of the forward ladder (1: fp32 SIMT, 2: FA-2 mma.sync, in attention_fwd.cu), after
+// FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608):
+// Version 3 (attention_fwd_sm90): warpgroup MMA, every thread loads.
+//   Block = NWG consumer warpgroups (128 threads each); warpgroup w owns query rows [64w, 64w+64) of a Q tile of
+//   Br = 64*NWG rows. K_j / V_j tiles of Bc keys stream through shared memory with cp.async (2 stages, all
+//   threads load, 16-byte chunks written straight into the 128-byte-swizzled layout the wgmma descriptors read).
+//   S = Q K_j^T:  wgmma m64n{Bc}k16, A = Q (smem, K-major), B = K_j (smem, K-major), fp32 accumulators.
+//   Online softmax on the accumulator fragments (rows g and g+8 of each warp's 16; a row spans a quad).
+//   O += P V_j:   wgmma m64n{PVN}k16, A = P rounded to T in registers (the accumulator layout IS the A layout),
+//                 B = V_j (smem, MN-major: the transpose flag), one wgmma per PVN head_dim columns.
+// Version 4 (attention_fwd_sm90_ws): warp specialisation + intra-warpgroup pipelining (+ optional ping-pong).
+//   Warpgroup 0 is the producer: it only loads K/V tiles (cp.async into a STAGES-deep ring, two tiles in flight;
+//   one mbarrier "full" per stage, arrived by each producer thread once its copies landed and were fenced to the
+//   async proxy; one "empty" per stage, released by the consumer warps) and gives its registers away
+//   (setmaxnreg.dec); warpgroups 1..NWG are consumers (setmaxnreg.inc).
+//   Each consumer issues S_{j} = Q K_j^T and O += P_{j-1} V_{j-1} together, runs the softmax of S_j while the
+//   P V wgmma is in flight (FA-3 Algorithm 2), then rescales O. PINGPONG (NWG = 2): named barriers order the
+//   two consumers' wgmma issues so that one warpgroup's softmax overlaps the other's GEMMs (FA-3 §3.1).
+// Division by l deferred to the end; O staged through the warpgroup's own Q rows, written in 16-byte chunks.
+// Traffic per (batch, head): reads Q once (N·d), K and V once per Q tile (2·Tr·N·d), writes O (N·d), lse (N).
+// Masking as attention_fwd.cu (bottom-right aligned, FlashAttention >= 2.1): query row i sits at key i + shift,
+// shift = seqlen_k - seqlen_q; key j visible iff j < seqlen_k, (right < 0 || j <= i + shift + right),
+// (left < 0 || j >= i + shift - left). Tiles outside the mask are skipped; a row seeing no key writes 0, lse -inf.
+// Scores in log2 units: s2 = (q·k) * softmax_scale * log2(e).
+#include "cuflash/common.cuh"
+#include "cuflash/mma.cuh"
+#include "cuflash/wgmma.cuh"
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+namespace cuflash {
+
+__device__ __forceinline__ bool sm90_key_visible(int i, int j, int seqlen_k, int shift, int left, int right) {
+  return j < seqlen_k && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
+}
+
+// Copy ROWS rows (row0.. of a matrix with row stride ld, HEAD_DIM columns) into a swizzled tile at byte address
+// dst whose 64-column blocks are BLK_ROWS rows apart; rows >= nrows are zero-filled. NT threads, thread index
+// tid; consecutive threads take consecutive 16-byte chunks of a row (coalesced).
+template <typename T, int HEAD_DIM, int ROWS, int NT, int BLK_ROWS = ROWS>
+__device__ __forceinline__ void load_tile_sw128(unsigned dst, const T* src, i64 ld, int row0, int nrows, int tid) {
+  constexpr int CH = HEAD_DIM / 8;  // chunks per row
+#pragma unroll 4
+  for (int c = tid; c < ROWS * CH; c += NT) {
+    const int r = c / CH, ch = c % CH;
+    const bool ok = row0 + r < nrows;
+    const unsigned off = (ch >> 3) * (BLK_ROWS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+    cp_async_16(dst + off, ok ? src + (i64)(row0 + r) * ld + ch * 8 : src, ok);
+  }
+}
+
+// ---- the pieces of one K/V tile step, shared by both kernels (called by all 128 threads of a warpgroup) ----
+// S = Q_w K^T: KSTEPS wgmmas (Q rows of this warpgroup at sQw, 64-column blocks BR rows apart; K tile at cK).
+template <typename T, int HEAD_DIM, int BR, int Bc>
+__device__ __forceinline__ void issue_qk(float (&s)[Bc / 2], unsigned sQw, unsigned cK) {
+#pragma unroll
+  for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+    const unsigned blk = kk >> 2, in = (kk & 3) * 32;  // 64-column block, 32-byte k16 step inside the row
+    const unsigned long long da = wgmma_desc(sQw + blk * (BR * 128) + in, 16, 1024);
+    const unsigned long long db = wgmma_desc(cK + blk * (Bc * 128) + in, 16, 1024);
+    WgmmaSS<T, Bc>::run(s, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// O += P V: P (registers) x V tile at cV (MN-major: keys are rows, head_dim columns in 64-wide blocks).
+template <typename T, int HEAD_DIM, int Bc, int PVN>
+__device__ __forceinline__ void issue_pv(float (&o)[HEAD_DIM / PVN][PVN / 2], const unsigned (&pa)[Bc / 16][4],
+                                         unsigned cV) {
+#pragma unroll
+  for (int kk = 0; kk < Bc / 16; ++kk) {
+#pragma unroll
+    for (int n = 0; n < HEAD_DIM / PVN; ++n) {
+      // keys 16kk..16kk+15: two 8-row groups (SBO = 1024); columns n*PVN..: 64-wide blocks Bc*128 bytes apart
+      // (LBO; with PVN = 64 one wgmma stays inside one block, LBO unused, so 1024 is passed as well).
+      const unsigned long long db = wgmma_desc(cV + n * (PVN / 64) * (Bc * 128) + kk * 16 * 128,
+                                               PVN == 64 ? 1024 : Bc * 128, 1024);
+      WgmmaRS<T, PVN>::run(o[n], pa[kk], db, 1);
+    }
+  }
+}
+
+// Mask S and update the online softmax in log2 units: on return s holds p = exp2(s * scale_log2 - m_new), m2
+// (scaled) and l are updated (l = l * alpha + rowsum p, this lane's partial sum), alpha = exp2(m_old - m_new) per
+// row. The scale is folded into one FFMA per element (FA-3): the row max is taken on the raw scores, which needs
+// scale_log2 > 0 (the wrapper guarantees it).
+template <int Bc>
+__device__ __forceinline__ void softmax_step(float (&s)[Bc / 2], float (&m2)[2], float (&l)[2], float (&alpha)[2],
+                                             bool need_mask, int k0, int row_a, int t, int seqlen_k, int shift,
+                                             int left, int right, float scale_log2) {
+  constexpr int SREG = Bc / 2;
+  if (need_mask) {
+#pragma unroll
+    for (int i = 0; i < SREG; ++i) {
+      const int col = k0 + (i >> 2) * 8 + 2 * t + (i & 1);
+      const int row = (i & 2) ? row_a + 8 : row_a;
+      s[i] = sm90_key_visible(row, col, seqlen_k, shift, left, right) ? s[i] : -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // row g: elements 4i, 4i+1; row g+8: 4i+2, 4i+3
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < SREG / 4; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(m2[r], mx * scale_log2);               // new running max (scaled; -inf * scale = -inf)
+    const float m_use = mx == -INFINITY ? 0.f : mx;  // fully masked so far: every p is exp2(-inf) = 0
+    alpha[r] = exp2f(m2[r] - m_use);                 // m2 = -inf -> 0 (nothing to rescale)
+    m2[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < SREG / 4; ++i) {
+      const float p0 = exp2f(fmaf(s[4 * i + 2 * r], scale_log2, -m_use));
+      const float p1 = exp2f(fmaf(s[4 * i + 2 * r + 1], scale_log2, -m_use));
+      s[4 * i + 2 * r] = p0;
+      s[4 * i + 2 * r + 1] = p1;
+      sum += p0 + p1;
+    }
+    l[r] = l[r] * alpha[r] + sum;
+  }
+}
+
+// O *= alpha per row; skipped when no row max of the warp moved (alpha == 1 exactly: bitwise the same result).
+template <int NPV, int OREG>
+__device__ __forceinline__ void rescale_o(float (&o)[NPV][OREG], const float (&alpha)[2]) {
+  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
+#pragma unroll
+  for (int n = 0; n < NPV; ++n)
+#pragma unroll
+    for (int i = 0; i < OREG / 4; ++i) {
+      o[n][4 * i] *= alpha[0];
+      o[n][4 * i + 1] *= alpha[0];
+      o[n][4 * i + 2] *= alpha[1];
+      o[n][4 * i + 3] *= alpha[1];
+    }
+}
+
+// P (float accumulator of S, key step kk = n8 blocks 2kk, 2kk+1) -> the register A operand of O += P V.
+template <typename T, int Bc>
+__device__ __forceinline__ void pack_p(unsigned (&pa)[Bc / 16][4], const float (&s)[Bc / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < Bc / 16; ++kk) {
+    pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+    pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// Does tile [k0, k0 + Bc) need elementwise masking for query rows [r0, r0 + 64)?
+template <int Bc>
+__device__ __forceinline__ bool tile_needs_mask(int k0, int r0, int seqlen_k, int shift, int left, int right) {
+  return (k0 + Bc > seqlen_k) || (right >= 0 && k0 + Bc - 1 > r0 + shift + right) ||
+         (left >= 0 && k0 < r0 + 63 + shift - left);
+}
+
+// Epilogue of one warpgroup: O / l (0 for a row that saw no key), lse = (m2 + log2 l) * ln 2. Each warp stages
+// its 16 rows in its own rows of the warpgroup's Q region (sOw: generic pointer, 64-column blocks BR rows
+// apart, swizzled like Q), then writes 16-byte chunks.
+template <typename T, int HEAD_DIM, int BR, int NPV, int OREG>
+__device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const float (&l)[2], const float (&m2)[2],
+                                         unsigned char* sOw, T* op, i64 o_ss, float* lp, int wrow0, int warp,
+                                         int lane, int seqlen_q) {
+  constexpr int PVN = OREG * 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int ra = warp * 16 + g, rb = ra + 8;  // rows inside the warpgroup
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lt = l[r];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[r] = lt > 0.f ? 1.f / lt : 0.f;
+    const int row = wrow0 + (r == 0 ? ra : rb);
+    if (t == 0 && row < seqlen_q) lp[row] = lt > 0.f ? (m2[r] + log2f(lt)) * 0.69314718055994531f : -INFINITY;
+  }
+#pragma unroll
+  for (int n = 0; n < NPV; ++n)
+#pragma unroll
+    for (int i = 0; i < OREG / 4; ++i) {
+      const int col = n * PVN + i * 8 + 2 * t;
+      *reinterpret_cast<unsigned*>(sOw + sw128_offset<BR>(ra, col)) =
+          pack2<T>(o[n][4 * i] * inv[0], o[n][4 * i + 1] * inv[0]);
+      *reinterpret_cast<unsigned*>(sOw + sw128_offset<BR>(rb, col)) =
+          pack2<T>(o[n][4 * i + 2] * inv[1], o[n][4 * i + 3] * inv[1]);
+    }
+  __syncwarp();
+  constexpr int CH = HEAD_DIM / 8;
+#pragma unroll
+  for (int c = lane; c < 16 * CH; c += 32) {
+    const int r = warp * 16 + c / CH, col = (c % CH) * 8;
+    const int row = wrow0 + r;
+    if (row < seqlen_q)
+      Vec<T, 8>::load(reinterpret_cast<const T*>(sOw + sw128_offset<BR>(r, col))).store(op + (i64)row * o_ss + col);
+  }
+}
+
+#define SM90_KERNEL_PARAMS                                                                                 \
+  const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,        \
+      float *__restrict__ lse, i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, \
+      i64 v_ss, i64 o_sb, i64 o_sh, i64 o_ss, int heads_q, int group, int seqlen_q, int seqlen_k,          \
+      float scale_log2, int left, int right
+
+// ======================================================================================================
+// Version 3: all threads load (cp.async, 2 stages), every warpgroup computes.
+// T in {__half, __nv_bfloat16}; HEAD_DIM in {64, 128}; Br = 64*NWG; Bc in {64, 128}; PVN in {64, HEAD_DIM}.
+// Shared memory: Q (Br x HEAD_DIM), K[2], V[2] (Bc x HEAD_DIM each), + 1024 bytes for alignment.
+// ======================================================================================================
+template <typename T, int HEAD_DIM, int NWG, int Bc, int PVN>
+__global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_PARAMS) {
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head_dim 64 or 128");
+  static_assert(Bc == 64 || Bc == 128, "Bc 64 or 128");
+  static_assert(PVN == 64 || PVN == HEAD_DIM, "PVN");
+  constexpr int Br = 64 * NWG, NT = NWG * 128;
+  constexpr int Q_BYTES = Br * HEAD_DIM * 2, KV_BYTES = Bc * HEAD_DIM * 2;
+  constexpr int NPV = HEAD_DIM / PVN, OREG = PVN / 2;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned sQ = sbase, sK = sQ + Q_BYTES, sV = sK + 2 * KV_BYTES;
+  unsigned char* const sgen = smem_raw + (sbase - smem_u32(smem_raw));
+
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int warp = (tid >> 5) & 3, lane = tid & 31, t = lane & 3;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * Br;  // longest (causal) Q tiles first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / group;
+  const int shift = seqlen_k - seqlen_q;
+  const T* qp = q + b * q_sb + h * q_sh;
+  const T* kp = k + b * k_sb + hk * k_sh;
+  const T* vp = v + b * v_sb + hk * v_sh;
+
+  // Keys [lo, hi) visible to rows [q0, min(q0 + Br, seqlen_q)); tiles [j_lo, j_hi).
+  const int q1 = min(q0 + Br, seqlen_q);
+  const int hi = right < 0 ? seqlen_k : min(seqlen_k, q1 - 1 + shift + right + 1);
+  const int lo = left < 0 ? 0 : max(0, q0 + shift - left);
+  const int j_lo = lo / Bc;
+  const int j_hi = hi > lo ? (hi + Bc - 1) / Bc : j_lo;
+
+  load_tile_sw128<T, HEAD_DIM, Br, NT>(sQ, qp, q_ss, q0, seqlen_q, tid);
+  if (j_lo < j_hi) {
+    load_tile_sw128<T, HEAD_DIM, Bc, NT>(sK, kp, k_ss, j_lo * Bc, seqlen_k, tid);
+    load_tile_sw128<T, HEAD_DIM, Bc, NT>(sV, vp, v_ss, j_lo * Bc, seqlen_k, tid);
+  }
+  cp_async_commit();
+
+  float o[NPV][OREG];
+#pragma unroll
+  for (int n = 0; n < NPV; ++n)
+#pragma unroll
+    for (int i = 0; i < OREG; ++i) o[n][i] = 0.f;
+  float s[Bc / 2];
+#pragma unroll
+  for (int i = 0; i < Bc / 2; ++i) s[i] = 0.f;
+  unsigned pa[Bc / 16][4];
+  float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+
+  const int wrow0 = q0 + wg * 64;                  // first query row of this warpgroup
+  const int row_a = wrow0 + warp * 16 + (lane >> 2);
+  const unsigned sQw = sQ + wg * 64 * 128;         // this warpgroup's rows inside each 64-column block
+
+  for (int j = j_lo; j < j_hi; ++j) {
+    const int st = (j - j_lo) & 1;
+    if (j + 1 < j_hi) {  // prefetch tile j+1 into the other stage (freed by the barrier ending iteration j-1)
+      load_tile_sw128<T, HEAD_DIM, Bc, NT>(sK + (st ^ 1) * KV_BYTES, kp, k_ss, (j + 1) * Bc, seqlen_k, tid);
+      load_tile_sw128<T, HEAD_DIM, Bc, NT>(sV + (st ^ 1) * KV_BYTES, vp, v_ss, (j + 1) * Bc, seqlen_k, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();   // tile j (and Q) have landed for this thread's copies
+    fence_proxy_async();  // ... and are visible to the tensor cores (async proxy)
+    __syncthreads();      // ... for every thread's copies
+
+    fence_regs(s);
+    wgmma_fence();
+    issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + st * KV_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+
+    const bool need_mask = tile_needs_mask<Bc>(j * Bc, wrow0, seqlen_k, shift, left, right);
+    softmax_step<Bc>(s, m2, l, alpha, need_mask, j * Bc, row_a, t, seqlen_k, shift, left, right, scale_log2);
+    rescale_o(o, alpha);
+    pack_p<T, Bc>(pa, s);
+
+#pragma unroll
+    for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+    wgmma_fence();
+    issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + st * KV_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+    __syncthreads();  // every warpgroup is done with stage st before it is refilled
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + wg * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
+                            lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
+}
+
+// ======================================================================================================
+// Version 4: producer warpgroup (cp.async ring + mbarriers) and NWG consumer warpgroups; intra-warpgroup
+// pipelining; PINGPONG orders the two consumers' wgmma issues (NWG == 2). Block = (NWG + 1) * 128 threads.
+// Shared memory: Q (Br x HEAD_DIM), K[STAGES], V[STAGES], full[STAGES], empty[STAGES], + 1024 for alignment.
+// ======================================================================================================
+template <typename T, int HEAD_DIM, int NWG, int Bc, int PVN, int STAGES, bool PINGPONG, int PRODUCER_REGS,
+          int CONSUMER_REGS>
+__global__ void __launch_bounds__((NWG + 1) * 128, 1) attention_fwd_sm90_ws(SM90_KERNEL_PARAMS) {
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head_dim 64 or 128");
+  static_assert(Bc == 64 || Bc == 128, "Bc 64 or 128");
+  static_assert(PVN == 64 || PVN == HEAD_DIM, "PVN");
+  static_assert(STAGES >= 2 && (!PINGPONG || NWG == 2), "stages / ping-pong with two consumers");
+  constexpr int Br = 64 * NWG;
+  constexpr int Q_BYTES = Br * HEAD_DIM * 2, KV_BYTES = Bc * HEAD_DIM * 2;
+  constexpr int NPV = HEAD_DIM / PVN, OREG = PVN / 2;
+  constexpr int BAR_Q = 1, BAR_SCHED = 1 + NWG;  // named barriers: Q ready per consumer; ping-pong turn x2
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned sQ = sbase, sK = sQ + Q_BYTES, sV = sK + STAGES * KV_BYTES;
+  const unsigned bar_full = sV + STAGES * KV_BYTES, bar_empty = bar_full + 8 * STAGES;  // + 8 * stage
+  unsigned char* const sgen = smem_raw + (sbase - smem_u32(smem_raw));
+
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int warp = (tid >> 5) & 3, lane = tid & 31, t = lane & 3;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * Br;  // longest (causal) Q tiles first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / group;
+  const int shift = seqlen_k - seqlen_q;
+
+  const int q1 = min(q0 + Br, seqlen_q);
+  const int hi = right < 0 ? seqlen_k : min(seqlen_k, q1 - 1 + shift + right + 1);
+  const int lo = left < 0 ? 0 : max(0, q0 + shift - left);
+  const int j_lo = lo / Bc;
+  const int n_tiles = hi > lo ? (hi + Bc - 1) / Bc - j_lo : 0;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bar_full + 8 * s, 128);       // one arrival per producer thread (after its copies landed)
+      mbar_init(bar_empty + 8 * s, NWG * 4);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------- producer: K/V tiles into the ring ----------------
+    setmaxnreg_dec<PRODUCER_REGS>();
+    const T* kp = k + b * k_sb + hk * k_sh;
+    const T* vp = v + b * v_sb + hk * v_sh;
+    // Two tiles in flight: tile it is signalled as soon as it has landed (each thread waits for its own copies,
+    // fences them to the async proxy, then arrives: the mbarrier completes once all 128 have), then tile it+2
+    // is issued into the stage the consumers released (tile it+2-STAGES). One cp.async group per tile.
+    auto issue = [&](int it) {
+      const int st = it % STAGES, k0 = (j_lo + it) * Bc;
+      load_tile_sw128<T, HEAD_DIM, Bc, 128>(sK + st * KV_BYTES, kp, k_ss, k0, seqlen_k, tid);
+      load_tile_sw128<T, HEAD_DIM, Bc, 128>(sV + st * KV_BYTES, vp, v_ss, k0, seqlen_k, tid);
+    };
+    if (n_tiles > 0) issue(0);
+    cp_async_commit();
+    if (n_tiles > 1) issue(1);
+    cp_async_commit();
+    for (int it = 0; it < n_tiles; ++it) {
+      cp_async_wait<1>();  // this thread's copies of tile it have landed (tile it+1 may be in flight)
+      fence_proxy_async();
+      mbar_arrive(bar_full + 8 * (it % STAGES));
+      const int nx = it + 2;
+      if (nx < n_tiles) {
+        if (nx >= STAGES) mbar_wait(bar_empty + 8 * (nx % STAGES), ((nx / STAGES) - 1) & 1);  // released
+        issue(nx);
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+  } else {
+    // ---------------- consumers ----------------
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int c = wg - 1;  // consumer index
+    const int wrow0 = q0 + c * 64;
+    const int row_a = wrow0 + warp * 16 + (lane >> 2);
+    const unsigned sQw = sQ + c * 64 * 128;
+    {  // this warpgroup's 64 Q rows
+      const T* qp = q + b * q_sb + h * q_sh;
+      load_tile_sw128<T, HEAD_DIM, 64, 128, Br>(sQw, qp, q_ss, wrow0, seqlen_q, tid & 127);
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_proxy_async();
+      named_bar_sync(BAR_Q + c, 128);
+    }
+
+    float o[NPV][OREG];
+#pragma unroll
+    for (int n = 0; n < NPV; ++n)
+#pragma unroll
+      for (int i = 0; i < OREG; ++i) o[n][i] = 0.f;
+    float s[Bc / 2];
+#pragma unroll
+    for (int i = 0; i < Bc / 2; ++i) s[i] = 0.f;
+    unsigned pa[Bc / 16][4];
+    float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+
+    // Ping-pong turns: consumer c waits on BAR_SCHED + c before issuing, then hands the turn to the other
+    // (except after its last issue block if it is consumer 1: consumer 0 then has no block left to issue).
+    auto turn_wait = [&]() {
+      if constexpr (PINGPONG) named_bar_sync(BAR_SCHED + c, 256);
+    };
+    auto turn_pass = [&](bool last) {
+      if constexpr (PINGPONG) {
+        if (!(last && c == 1)) named_bar_arrive(BAR_SCHED + (c ^ 1), 256);
+      }
+    };
+    if (n_tiles > 0) {
+      if (PINGPONG && c == 1) named_bar_arrive(BAR_SCHED + 0, 256);  // consumer 0 issues first
+
+      // ---- tile 0: S_0, softmax ----
+      mbar_wait(bar_full, 0);  // (the producer fenced its copies to the async proxy before arriving)
+      turn_wait();
+      fence_regs(s);
+      wgmma_fence();
+      issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK);
+      wgmma_commit();
+      turn_pass(false);
+      wgmma_wait<0>();
+      fence_regs(s);
+      softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(j_lo * Bc, wrow0, seqlen_k, shift, left, right),
+                       j_lo * Bc, row_a, t, seqlen_k, shift, left, right, scale_log2);
+      pack_p<T, Bc>(pa, s);
+
+      // ---- tiles 1..n-1: issue S_it and P_{it-1} V_{it-1}; softmax S_it while P V runs ----
+      for (int it = 1; it < n_tiles; ++it) {
+        const int st = it % STAGES, pst = (it - 1) % STAGES;
+        const int k0 = (j_lo + it) * Bc;
+        mbar_wait(bar_full + 8 * st, (it / STAGES) & 1);
+        turn_wait();
+        fence_regs(s);
+#pragma unroll
+        for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+        wgmma_fence();
+        issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + st * KV_BYTES);
+        wgmma_commit();
+        issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + pst * KV_BYTES);
+        wgmma_commit();
+        turn_pass(false);
+        wgmma_wait<1>();  // S_it done (P V still in flight)
+        fence_regs(s);
+        softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(k0, wrow0, seqlen_k, shift, left, right), k0,
+                         row_a, t, seqlen_k, shift, left, right, scale_log2);
+        fence_regs(s);    // keep the softmax above the wait (it overlaps the P V wgmma in flight)
+        fence_regs(alpha);
+        fence_regs(l);
+        wgmma_wait<0>();  // P_{it-1} V_{it-1} done: O, pa and stage pst free
+#pragma unroll
+        for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_empty + 8 * pst);
+        rescale_o(o, alpha);
+        pack_p<T, Bc>(pa, s);
+      }
+
+      // ---- last P V ----
+      turn_wait();
+#pragma unroll
+      for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+      wgmma_fence();
+      issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + ((n_tiles - 1) % STAGES) * KV_BYTES);
+      wgmma_commit();
+      turn_pass(true);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_empty + 8 * ((n_tiles - 1) % STAGES));
+    }
+    epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
+                              lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
+  }
+}
+
+}  // namespace cuflash

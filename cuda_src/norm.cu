@@ -1,0 +1,445 @@
+// norm.cu — LayerNorm and RMSNorm, forward (optionally fused with the residual add) and backward, each one
+// pass over HBM per row: the row is held on chip (registers, then shared memory) between its statistics and
+// its output.
+//
+//   LayerNorm (Ba, Kiros & Hinton 2016):  y = (h - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps)
+//   RMSNorm (Zhang & Sennrich 2019):      y = h * rstd * w,               rstd = 1 / sqrt(mean(h^2) + eps)
+//   with h = x, or h = x + residual rounded to T (the returned new residual stream, so y == norm(h) exactly).
+//
+// Layout of one row (64-bit offset off = row * hidden, T arrays 16-byte aligned at their base): `head` scalars up
+// to the first 16-byte boundary, `body` vectors of VEC = 16 / sizeof(T) elements, `tail` scalars. Thread t of
+// the G threads of a row owns body vectors v = k * G + t (chunk k); chunks k < NV stay in registers, the next
+// `smem_chunks` in dynamic shared memory, any further ones are re-read from global memory (the two-pass
+// fallback for huge rows; L2 usually serves them). Thread t < head / t < tail also owns one head / tail scalar.
+//
+// Kernels (templates over T in {float, __half, __nv_bfloat16}, W (weight/bias type) in {float, T}, KIND, and for
+// the forward RES, the fused residual add):
+//   norm_fwd     statistics (Welford/Chan for LayerNorm, float32 sum of squares for RMSNorm) + normalise
+//   norm_bwd     dx per row from two row sums; dweight/dbias partial column sums per block (in shared memory
+//                when they fit, else in the block's own workspace row), written to a [nblocks, hidden] float32
+//                workspace — no atomics; rows are assigned to blocks in a fixed order
+//   reduce_parts the second, deterministic reduction of the workspace over blocks (fixed order)
+//
+// Traffic: forward reads h once (x, plus residual) and writes y (plus h); backward reads x and dy, writes dx.
+#include "cuflash/welford.cuh"
+
+namespace cuflash {
+
+enum { LAYER = 0, RMS = 1 };
+
+struct RowSplit {
+  int head, body, tail;
+};
+
+// The row starting at element offset `off` (base pointer 16-byte aligned): scalars, aligned vectors, scalars.
+template <int VEC> __device__ __forceinline__ RowSplit row_split(i64 off, int hidden) {
+  int head = (int)((VEC - (int)(off % VEC)) % VEC);
+  if (head > hidden) head = hidden;
+  const int body = (hidden - head) / VEC;
+  return {head, body, hidden - head - body * VEC};
+}
+
+// A copy of a 16-byte vector the compiler cannot see through: converting it to float in pass 1 then does not let
+// the compiler keep those floats alive until pass 2 (twice the registers of the packed 16-bit row).
+template <typename V> __device__ __forceinline__ V opaque(const V& a) {
+  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  V r;
+  const unsigned* s = reinterpret_cast<const unsigned*>(&a);
+  unsigned* d = reinterpret_cast<unsigned*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("mov.b32 %0, %1;" : "=r"(d[i]) : "r"(s[i]));
+  return r;
+}
+
+// VEC weights starting at column `col`: one aligned vector access when `vec`, else scalar loads.
+template <typename W, int VEC>
+__device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bool vec, float (&out)[VEC]) {
+  if (vec) {
+    const Vec<W, VEC> t = Vec<W, VEC>::load(p + col);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = to_float(t.v[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = to_float(p[col + i]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Forward. One block of G = blockDim.x threads per row; grid-stride over rows (any row count).
+template <typename T, typename W, int KIND, int NV, bool RES>
+__global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
+    const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
+    T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+    const i64 rows, const int hidden, const float eps, const int nchunks, const int smem_chunks) {
+  constexpr int VEC = Vec16<T>::N;
+  typedef Vec<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  V* cache = reinterpret_cast<V*>(dsmem);  // [smem_chunks][G] vectors, each thread only touches its own slots
+  __shared__ Welford red_w[32];
+  __shared__ Sum1 red_s[32];
+  const int t = threadIdx.x, G = blockDim.x;
+  constexpr bool has_res = RES;  // a template flag: the residual path's registers do not burden the plain one
+
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const i64 off = row * (i64)hidden;
+    const RowSplit rs = row_split<VEC>(off, hidden);
+    const T* xr = x + off + rs.head;  // aligned body start
+    const T* rr = has_res ? res + off + rs.head : nullptr;
+    T* hr = has_res ? hout + off + rs.head : nullptr;
+    T* yr = y + off + rs.head;
+
+    // ---- pass 1: load h (x, or x + residual rounded to T, stored as the new residual), statistics
+    V reg[NV];
+    if (has_res) {
+      V rv[NV];
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int v = k * G + t;
+        if (v < rs.body) { reg[k] = V::load(xr + v * VEC); rv[k] = V::load(rr + v * VEC); }
+      }
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int v = k * G + t;
+        if (v < rs.body) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) reg[k].v[i] = from_float<T>(to_float(reg[k].v[i]) + to_float(rv[k].v[i]));
+          reg[k].store(hr + v * VEC);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int v = k * G + t;
+        if (v < rs.body) reg[k] = V::load(xr + v * VEC);
+      }
+    }
+
+    Welford st = Welford::identity();
+    float ss = 0.f;
+    auto stats_vec = [&](const V& a0) {
+      const V a = opaque(a0);
+      float f[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) f[i] = to_float(a.v[i]);
+      if (KIND == LAYER) {
+        welford_push_vec<VEC>(st, f);
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
+      }
+    };
+    auto stats_one = [&](float h) {
+      if (KIND == LAYER) welford_push(st, h);
+      else ss = fmaf(h, h, ss);
+    };
+
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k * G + t < rs.body) stats_vec(reg[k]);
+
+    // chunks beyond the registers: shared memory while it lasts, else re-read in pass 2
+#pragma unroll 4
+    for (int k = NV; k < nchunks; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) {
+        V a = V::load(xr + v * VEC);
+        if (has_res) {
+          const V r = V::load(rr + v * VEC);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) a.v[i] = from_float<T>(to_float(a.v[i]) + to_float(r.v[i]));
+          a.store(hr + v * VEC);
+        }
+        if (k - NV < smem_chunks) cache[(k - NV) * G + t] = a;
+        stats_vec(a);
+      }
+    }
+
+    // head / tail scalars (column t, and column head + body*VEC + t)
+    const bool do_head = t < rs.head, do_tail = t < rs.tail;
+    const int col_head = t, col_tail = rs.head + rs.body * VEC + t;
+    float h_head = 0.f, h_tail = 0.f;
+    auto load_one = [&](int col) -> float {
+      float h = to_float(x[off + col]);
+      if (has_res) {
+        const T hv = from_float<T>(h + to_float(res[off + col]));
+        hout[off + col] = hv;
+        h = to_float(hv);
+      }
+      return h;
+    };
+    if (do_head) { h_head = load_one(col_head); stats_one(h_head); }
+    if (do_tail) { h_tail = load_one(col_tail); stats_one(h_tail); }
+
+    float mu = 0.f, rstd;
+    if (KIND == LAYER) {
+      st = block_allreduce(st, WelfordOp(), red_w);
+      mu = st.mean;
+      float var = st.m2 / st.n;
+      var = var < 0.f ? 0.f : var;  // clamp at 0 (fmaxf would turn a NaN from inf/NaN input into 0)
+      rstd = rsqrtf(var + eps);
+      // Chan's merge is not symmetric in its arguments: lanes may differ in the last bit. Every warp ends with
+      // the same lane-0 state, so broadcast it and the whole row uses one (mean, rstd), the one returned.
+      mu = __shfl_sync(0xffffffffu, mu, 0);
+      rstd = __shfl_sync(0xffffffffu, rstd, 0);
+    } else {
+      const Sum1 s = block_allreduce(Sum1{ss}, Sum1Op(), red_s);
+      rstd = rsqrtf(s.a / (float)hidden + eps);
+    }
+    if (t == 0) {
+      if (mean_out) mean_out[row] = mu;
+      if (rstd_out) rstd_out[row] = rstd;
+    }
+
+    // ---- pass 2: y = (h - mu) * rstd * w + b
+    const bool pvec = rs.head == 0;  // params are vector-aligned only when the body starts at column 0
+    auto emit_vec = [&](const V& a, int v) {
+      const int col = rs.head + v * VEC;
+      float wv[VEC], bv[VEC];
+      if (w) load_params<W, VEC>(w, col, pvec, wv);
+      if (b) load_params<W, VEC>(b, col, pvec, bv);
+      V o;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        float r = (to_float(a.v[i]) - mu) * rstd;
+        if (w) r *= wv[i];
+        if (b) r += bv[i];
+        o.v[i] = from_float<T>(r);
+      }
+      o.store(yr + v * VEC);
+    };
+    auto emit_one = [&](float h, int col) {
+      float r = (h - mu) * rstd;
+      if (w) r *= to_float(w[col]);
+      if (b) r += to_float(b[col]);
+      y[off + col] = from_float<T>(r);
+    };
+
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) emit_vec(reg[k], v);
+      asm volatile("" ::: "memory");  // keep the (L1-resident) weight loads of chunk k + 1 from piling up early
+    }
+#pragma unroll 1  // shared-memory reads: unrolling only costs registers (spills for float + residual)
+    for (int k = NV; k < nchunks; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) {
+        V a;
+        if (k - NV < smem_chunks) a = cache[(k - NV) * G + t];
+        else a = has_res ? V::load(hr + v * VEC) : V::load(xr + v * VEC);  // this thread wrote hr itself
+        emit_vec(a, v);
+      }
+    }
+    if (do_head) emit_one(h_head, col_head);
+    if (do_tail) emit_one(h_tail, col_tail);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Backward. With xhat = (x - mean) * rstd (RMSNorm: mean = 0) and g = dy * w:
+//   LayerNorm  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//   RMSNorm    dx = rstd * (g - xhat * mean(g * xhat))
+//   dw = sum over rows of dy * xhat,  db = sum over rows of dy.
+// A block is ROWS groups of G threads, each group one row at a time (ROWS > 1 only when G == 32: a warp per
+// row); rows go to groups in a fixed order. Every group accumulates its dw/db column partials in its own region
+// (shared memory, or when `acc_global` its block's workspace row, ROWS == 1); at the end the block sums its
+// groups in order and writes its partial row ws[blockIdx.x, :]. reduce_parts then sums over blocks.
+template <typename T, typename W, int KIND, int NV>
+__global__ void __launch_bounds__(512) norm_bwd(
+    const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
+    const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
+    const i64 rows, const int hidden, const int nchunks, const int G, const int dw_global, const int db_global) {
+  constexpr int VEC = Vec16<T>::N;
+  typedef Vec<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  __shared__ Sum2 red[32];
+  const int ROWS = blockDim.x / G;
+  const int t = threadIdx.x % G, grp = threadIdx.x / G;
+  const bool acc_vec = hidden % VEC == 0;  // then every row starts aligned and each thread keeps its columns
+  // accumulator regions: shared memory [ROWS][hidden] per accumulated quantity, or the workspace row
+  float* sm = reinterpret_cast<float*>(dsmem);
+  float* adw = nullptr;
+  float* adb = nullptr;
+  if (ws_dw) {
+    if (dw_global) adw = ws_dw + (i64)blockIdx.x * hidden;
+    else { adw = sm + (i64)grp * hidden; sm += (i64)ROWS * hidden; }
+  }
+  if (ws_db) {
+    if (db_global) adb = ws_db + (i64)blockIdx.x * hidden;
+    else adb = sm + (i64)grp * hidden;
+  }
+  for (int c = t; c < hidden; c += G) {
+    if (adw) adw[c] = 0.f;
+    if (adb) adb[c] = 0.f;
+  }
+  __syncthreads();
+
+  auto acc_add = [&](float* a, int col, const float (&v)[VEC]) {
+    if (acc_vec) {
+#pragma unroll
+      for (int j = 0; j < VEC / 4; ++j) {
+        float4* p = reinterpret_cast<float4*>(a + col + 4 * j);
+        float4 q = *p;
+        q.x += v[4 * j]; q.y += v[4 * j + 1]; q.z += v[4 * j + 2]; q.w += v[4 * j + 3];
+        *p = q;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) a[col + i] += v[i];
+    }
+  };
+
+  const i64 step = (i64)gridDim.x * ROWS;
+  for (i64 row = (i64)blockIdx.x * ROWS + grp; row < rows; row += step) {
+    const i64 off = row * (i64)hidden;
+    const RowSplit rs = row_split<VEC>(off, hidden);
+    const T* xr = x + off + rs.head;
+    const T* dyr = dy + off + rs.head;
+    T* dxr = dx + off + rs.head;
+    const float mu = KIND == LAYER ? mean[row] : 0.f;
+    const float r = rstd[row];
+    const bool pvec = rs.head == 0;
+
+    V xreg[NV], dreg[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) { xreg[k] = V::load(xr + v * VEC); dreg[k] = V::load(dyr + v * VEC); }
+    }
+
+    // ---- pass 1: row sums of g and g * xhat; column partials of dy * xhat and dy
+    float s1 = 0.f, s2 = 0.f;
+    auto pass1_vec = [&](const V& xa0, const V& da0, int v) {
+      const V xa = opaque(xa0), da = opaque(da0);  // recompute in pass 2 from the packed row, not keep floats
+      const int col = rs.head + v * VEC;
+      float wv[VEC], pdw[VEC], pdb[VEC];
+      if (w) load_params<W, VEC>(w, col, pvec, wv);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float xh = (to_float(xa.v[i]) - mu) * r;
+        const float d = to_float(da.v[i]);
+        const float g = w ? d * wv[i] : d;
+        s1 += g;
+        s2 = fmaf(g, xh, s2);
+        pdw[i] = d * xh;
+        pdb[i] = d;
+      }
+      if (adw) acc_add(adw, col, pdw);
+      if (adb) acc_add(adb, col, pdb);
+    };
+    auto pass1_one = [&](int col) {
+      const float xh = (to_float(x[off + col]) - mu) * r;
+      const float d = to_float(dy[off + col]);
+      const float g = w ? d * to_float(w[col]) : d;
+      s1 += g;
+      s2 = fmaf(g, xh, s2);
+      if (adw) adw[col] += d * xh;
+      if (adb) adb[col] += d;
+    };
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) pass1_vec(xreg[k], dreg[k], v);
+      asm volatile("" ::: "memory");  // one chunk's weights and accumulators at a time (registers)
+    }
+#pragma unroll 4
+    for (int k = NV; k < nchunks; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) pass1_vec(V::load(xr + v * VEC), V::load(dyr + v * VEC), v);
+    }
+    const bool do_head = t < rs.head, do_tail = t < rs.tail;
+    const int col_head = t, col_tail = rs.head + rs.body * VEC + t;
+    if (do_head) pass1_one(col_head);
+    if (do_tail) pass1_one(col_tail);
+
+    Sum2 s{s1, s2};
+    if (G == 32) s = warp_allreduce<32>(s, Sum2Op());
+    else s = block_allreduce(s, Sum2Op(), red);
+    const float c1 = KIND == LAYER ? s.a / (float)hidden : 0.f;
+    const float c2 = s.b / (float)hidden;
+
+    // ---- pass 2: dx
+    auto pass2_vec = [&](const V& xa, const V& da, int v) {
+      const int col = rs.head + v * VEC;
+      float wv[VEC];
+      if (w) load_params<W, VEC>(w, col, pvec, wv);
+      V o;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float xh = (to_float(xa.v[i]) - mu) * r;
+        const float d = to_float(da.v[i]);
+        const float g = w ? d * wv[i] : d;
+        o.v[i] = from_float<T>(r * (g - c1 - xh * c2));
+      }
+      o.store(dxr + v * VEC);
+    };
+    auto pass2_one = [&](int col) {
+      const float xh = (to_float(x[off + col]) - mu) * r;
+      const float d = to_float(dy[off + col]);
+      const float g = w ? d * to_float(w[col]) : d;
+      dx[off + col] = from_float<T>(r * (g - c1 - xh * c2));
+    };
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) pass2_vec(xreg[k], dreg[k], v);
+      asm volatile("" ::: "memory");
+    }
+#pragma unroll 4
+    for (int k = NV; k < nchunks; ++k) {
+      const int v = k * G + t;
+      if (v < rs.body) pass2_vec(V::load(xr + v * VEC), V::load(dyr + v * VEC), v);
+    }
+    if (do_head) pass2_one(col_head);
+    if (do_tail) pass2_one(col_tail);
+    // the next row may give a column to another thread of the group (odd hidden): order the accumulator updates
+    if (!acc_vec) {
+      if (G == 32) __syncwarp();
+      else __syncthreads();
+    }
+  }
+
+  // ---- the block's partial row: sum its groups' regions in order (shared memory), or already in place
+  __syncthreads();
+  const int nt = blockDim.x;
+  if (ws_dw && !dw_global) {
+    const float* a = reinterpret_cast<const float*>(dsmem);
+    for (int c = threadIdx.x; c < hidden; c += nt) {
+      float s = 0.f;
+      for (int g = 0; g < ROWS; ++g) s += a[(i64)g * hidden + c];
+      ws_dw[(i64)blockIdx.x * hidden + c] = s;
+    }
+  }
+  if (ws_db && !db_global) {
+    const float* a = reinterpret_cast<const float*>(dsmem) + (ws_dw && !dw_global ? (i64)ROWS * hidden : 0);
+    for (int c = threadIdx.x; c < hidden; c += nt) {
+      float s = 0.f;
+      for (int g = 0; g < ROWS; ++g) s += a[(i64)g * hidden + c];
+      ws_db[(i64)blockIdx.x * hidden + c] = s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// out[c] = sum over p of ws[p, c], in a fixed order: lane ty of a 32 x 32 block sums parts ty, ty + 32, ...,
+// then row ty == 0 adds the 32 lane sums in order. Deterministic for a given (nparts, hidden).
+template <typename O>
+__global__ void __launch_bounds__(1024) reduce_parts(const float* __restrict__ ws, O* __restrict__ out,
+                                                     const int nparts, const int hidden) {
+  __shared__ float part[32][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int c = blockIdx.x * 32 + tx;
+  float s = 0.f;
+  if (c < hidden)
+    for (int p = ty; p < nparts; p += 32) s += ws[(i64)p * hidden + c];
+  part[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && c < hidden) {
+    float total = 0.f;
+#pragma unroll 8
+    for (int i = 0; i < 32; ++i) total += part[i][tx];
+    out[c] = from_float<O>(total);
+  }
+}
+
+}  // namespace cuflash

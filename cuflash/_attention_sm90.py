@@ -1,0 +1,272 @@
+"""Attention forward for Hopper (compute capability 9.0): warpgroup MMA (``wgmma.mma_async``, sm_90a).
+
+After FlashAttention-3 (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024, arXiv:2407.08608): both GEMMs of
+the FA-2 tile loop (Dao 2023, Algorithm 1) run as warpgroup MMAs with fp32 accumulators. A consumer warpgroup
+owns 64 query rows; K/V tiles of ``Bc`` keys live in shared memory in the 128-byte-swizzled layout the wgmma
+descriptors read; ``S = Q·Kᵀ`` takes Q and K from shared memory, ``O += P·V`` takes P from registers (the fp32
+accumulator of S rounded to the input dtype is the A operand) and V from shared memory (transposed descriptor).
+
+Variants (``variant=``): ``"ws"`` (default): warp specialisation — a producer warpgroup that only loads (cp.async
+into a 3-stage ring, two tiles in flight, signalled on mbarriers; ``setmaxnreg`` gives its registers to the
+consumers), two consumer
+warpgroups that issue ``S_j`` together with ``P_{j-1}·V_{j-1}`` and run the softmax of ``S_j`` while the latter is
+in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by named barriers (FA-3 ping-pong);
+``"ws_nopp"``: the same without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep (2 stages).
+Loads use cp.async (16-byte chunks written into the swizzled layout), not TMA. Masking, tails, GQA, lse and the
+bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64
+padded to 64, 65..128 to 128). The kernels are in ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier
+wrappers in ``cuda_src/cuflash/wgmma.cuh``.
+
+API (used by :func:`cuflash.attention` on cc 9.0 once validated): ``supports(p) -> bool`` and
+``forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None) -> (out, lse)`` where ``p`` is an
+:class:`cuflash._attn_common.AttnProblem`; ``self_check()`` launches every instantiation in parallel
+subprocesses and reports hangs or crashes without taking the caller down.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import _compile, _dtypes
+from ._attn_common import last_axis_contiguous, pad_head_dim
+
+SOURCE = "attention_fwd_sm90.cu"
+ARCH_OPTIONS = ("--gpu-architecture=sm_90a",)
+LOG2E = 1.4426950408889634
+HEAD_DIMS = (64, 128)
+
+# Kernel variants (cuda_src/attention_fwd_sm90.cu):
+#   "ws"      version 4: producer warpgroup (cp.async ring, mbarriers, setmaxnreg) + 2 consumer warpgroups,
+#             intra-warpgroup pipelining and ping-pong between the consumers (FA-3 §3.1-3.2);
+#   "ws_nopp" version 4 without the ping-pong turns;
+#   "simple"  version 3: every thread loads (cp.async, 2 stages, __syncthreads), warpgroups compute in lockstep.
+VARIANTS = ("ws", "ws_nopp", "simple")
+DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "ws")
+WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
+
+# (Br, Bc, pv_n) per (variant, head_dim), default first. Br = 64 * consumer warpgroups; pv_n = N of each
+# O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
+# 64-column blocks of V).
+TILES = {
+    ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
+    ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
+    ("simple", 64): [(128, 128, 64)],
+    ("simple", 128): [(128, 128, 64), (128, 128, 128), (128, 64, 64)],
+}
+
+
+def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int = 64) -> str:
+    """C++ name expression of an instantiation."""
+    ct = _dtypes.ctype(np.dtype(dtype))
+    if variant == "simple":
+        return f"cuflash::attention_fwd_sm90<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}>"
+    pp = "true" if variant == "ws" else "false"
+    return (f"cuflash::attention_fwd_sm90_ws<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}, {WS_STAGES}, {pp}, "
+            f"{WS_PRODUCER_REGS}, {WS_CONSUMER_REGS}>")
+
+
+def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int) -> int:
+    """Q tile + the K and V stages (16-bit) + 1024 bytes to align the swizzle atoms (+ the mbarriers)."""
+    if variant == "simple":
+        return 2 * head_dim * (Br + 4 * Bc) + 1024
+    return 2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES
+
+
+def threads(variant: str, Br: int) -> int:
+    return Br // 64 * 128 + (0 if variant == "simple" else 128)
+
+
+def configurations():
+    """Every (dtype, head_dim, variant, Br, Bc, pv_n) instantiated."""
+    return [(dt, d, var, br, bc, pv) for dt in (_dtypes.float16, _dtypes.bfloat16) for var in VARIANTS
+            for d in HEAD_DIMS for (br, bc, pv) in TILES[(var, d)]]
+
+
+def _declare():
+    for (dt, d, var, br, bc, pv) in configurations():
+        _compile.declare(SOURCE, [kernel_name(dt, d, var, br, bc, pv)], extra_options=ARCH_OPTIONS)
+
+
+_declare()
+
+
+_CC: dict = {}
+
+
+def _device_cc(p) -> str:
+    dev = p.q.device.id
+    cc = _CC.get(dev)
+    if cc is None:
+        import cupy
+
+        cc = _CC[dev] = cupy.cuda.Device(dev).compute_capability
+    return cc
+
+
+def supports(p) -> bool:
+    """True when this kernel can run problem ``p``: float16/bfloat16, head_dim <= 128 (64 and 128 natively,
+    smaller ones zero-padded to 64, 65..127 to 128), on a device of compute capability 9.0."""
+    if p.dtype not in (np.dtype(_dtypes.float16), np.dtype(_dtypes.bfloat16)):
+        return False
+    if p.head_dim > 128:
+        return False
+    try:
+        return _device_cc(p) == "90"
+    except Exception:  # pragma: no cover - no device
+        return False
+
+
+def kernel_head_dim(head_dim: int) -> int:
+    """The native head_dim the kernel runs for a caller's head_dim (<= 128)."""
+    if head_dim <= 64:
+        return 64
+    if head_dim <= 128:
+        return 128
+    raise ValueError(f"the sm90 attention kernel supports head_dim <= 128, got {head_dim}")
+
+
+def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int, int]:
+    """(variant, Br, Bc, pv_n) for problem ``p``; validates the choices against the instantiated set."""
+    d = kernel_head_dim(p.head_dim)
+    var = DEFAULT_VARIANT if variant is None else str(variant)
+    if var not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    avail = TILES[(var, d)]
+    if block_sizes is None:
+        br, bc, pv0 = avail[0]
+    else:
+        try:
+            br, bc = (int(x) for x in block_sizes)
+        except Exception:
+            raise ValueError(f"block_sizes must be a pair (Br, Bc), got {block_sizes!r}") from None
+        pv0 = next((c[2] for c in avail if c[:2] == (br, bc)), None)
+        if pv0 is None:
+            raise ValueError(f"block_sizes (Br={br}, Bc={bc}) is not instantiated for the sm90 kernel "
+                             f"({var}, head_dim {d}); available (Br, Bc, pv_n): {avail}")
+    pv = pv0 if pv_n is None else int(pv_n)
+    if (br, bc, pv) not in avail:
+        raise ValueError(f"pv_n={pv} is not instantiated for (Br={br}, Bc={bc}), {var}, head_dim {d}; "
+                         f"available (Br, Bc, pv_n): {avail}")
+    return var, br, bc, pv
+
+
+def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
+    """Run the sm90 kernel on a prepared :class:`AttnProblem` ``p``.
+
+    ``variant``: "ws" (default, or $CUFLASH_SM90_VARIANT), "ws_nopp" or "simple" (see VARIANTS);
+    ``block_sizes`` (Br, Bc) and ``pv_n`` pick an instantiated tile configuration of that variant.
+    Returns ``(out, lse)``: out (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; lse float32
+    (batch, heads_q, seqlen_q), natural-log logsumexp of the scaled masked scores, -inf (and out 0) for a row
+    that sees no key. ``lse`` is computed in any case (``return_lse`` is accepted for the common signature).
+    Raises TypeError for float32 input, ValueError for head_dim > 128 or a configuration not instantiated,
+    ConfigurationError when the shared memory does not fit the device.
+    """
+    import cupy
+
+    if p.dtype not in (np.dtype(_dtypes.float16), np.dtype(_dtypes.bfloat16)):
+        raise TypeError(f"the sm90 attention kernel takes float16 or bfloat16, got {p.dtype}")
+    d = kernel_head_dim(p.head_dim)
+    var, br, bc, pv = choose(p, block_sizes, pv_n, variant)
+    B, Hq, Sq, Sk = p.batch, p.heads_q, p.seqlen_q, p.seqlen_k
+    dt = p.dtype
+    out = cupy.empty((B, Hq, Sq, d), dtype=dt)
+    lse = cupy.empty((B, Hq, Sq), dtype=np.float32)
+    if B == 0 or Hq == 0 or Sq == 0:
+        return cupy.ascontiguousarray(out[..., :p.head_dim]), lse
+    if d != p.head_dim:
+        qq, kk, vv = (pad_head_dim(a, d) for a in (p.q, p.k, p.v))
+    else:
+        qq, kk, vv = (last_axis_contiguous(a) for a in (p.q, p.k, p.v))
+    scale = float(p.softmax_scale)
+    if not scale > 0:  # the kernels fold a positive scale into the exponent: move the sign into q
+        if scale < 0:
+            qq = (qq.view(cupy.uint16) ^ cupy.uint16(0x8000)).view(dt)  # -q, exactly
+            scale = -scale
+        else:  # scale 0: every visible score is 0
+            qq, scale = cupy.zeros(qq.shape, dtype=dt), 1.0
+    it = np.dtype(dt).itemsize
+
+    def st(a):
+        s = a.strides
+        return [np.int64(s[0] // it), np.int64(s[1] // it), np.int64(s[2] // it)]
+
+    left, right = p.window
+    args = (qq, kk, vv, out, lse, *st(qq), *st(kk), *st(vv), *st(out),
+            np.int32(Hq), np.int32(p.group), np.int32(Sq), np.int32(Sk),
+            np.float32(scale * LOG2E), np.int32(left), np.int32(right))
+    kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), ARCH_OPTIONS)
+    grid = (math.ceil(Sq / br), Hq, B)
+    _compile.launch(kern, grid, (threads(var, br),), args, shared_mem=smem_bytes(var, d, br, bc),
+                    what=f"attention sm90 {var} (Br={br}, Bc={bc}, pv_n={pv}, head_dim={d}, {dt})")
+    if d != p.head_dim:
+        out = cupy.ascontiguousarray(out[..., :p.head_dim])
+    return out, lse
+
+
+def flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal=False) -> float:
+    """Forward FLOPs by the FlashAttention convention: 4·B·H·Sq·Sk·d, halved when causal."""
+    f = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
+    return f / 2 if causal else f
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Self-check: each instantiation compiled and launched in its own subprocess (all in parallel), so that a
+# kernel that hangs (a barrier deadlock) or crashes (an illegal address poisons the CUDA context) is found
+# without taking the calling process down. Also fills CuPy's on-disk kernel cache.
+_CHECK_SCRIPT = r"""
+import sys
+import numpy as np, cupy as cp
+from cuflash import _attention_sm90 as S, _dtypes
+from cuflash._attn_common import prepare
+dt = {"float16": np.float16, "bfloat16": _dtypes.bfloat16}[sys.argv[1]]
+d, var, br, bc, pv = int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+rng = np.random.default_rng(0)
+def r(*shape):
+    return cp.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dt)
+for sq, sk, causal, win, hq, hkv in [(1, 1, False, (-1, -1), 1, 1), (300, 517, True, (-1, -1), 4, 2),
+                                     (700, 130, False, (0, 0), 2, 2), (257, 1000, False, (77, 13), 2, 1),
+                                     (1024, 1024, True, (-1, -1), 2, 2), (64, 0, False, (-1, -1), 1, 1)]:
+    p = prepare(r(1, hq, sq, d), r(1, hkv, sk, d), r(1, hkv, sk, d), causal=causal, window_size=win)
+    o, l = S.forward(p, (br, bc), pv_n=pv, variant=var)
+    cp.cuda.runtime.deviceSynchronize()
+    assert not bool(cp.isnan(o.astype(cp.float32)).any()), ("NaN", sq, sk, causal, win)
+print("SELF_CHECK_OK")
+"""
+
+
+def config_key(dtype, head_dim, variant, Br, Bc, pv_n):
+    return (np.dtype(dtype).name, int(head_dim), str(variant), int(Br), int(Bc), int(pv_n))
+
+
+def self_check(configs=None, timeout: float | None = None) -> dict:
+    """Launch each configuration (default: all) on a few shapes in parallel subprocesses.
+
+    Returns {config_key: None when it ran, else the failure text (crash output, or a timeout = hang)}.
+    ``timeout`` (seconds, for all of them together) defaults to $CUFLASH_SM90_CHECK_TIMEOUT or 240.
+    """
+    timeout = float(os.environ.get("CUFLASH_SM90_CHECK_TIMEOUT", "240") if timeout is None else timeout)
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = {}
+    for cfg in (configurations() if configs is None else configs):
+        key = config_key(*cfg)
+        args = [sys.executable, "-c", _CHECK_SCRIPT, key[0], *(str(x) for x in key[1:])]
+        procs[key] = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True)
+    res, t0 = {}, time.time()
+    for key, pr in procs.items():
+        try:
+            out, _ = pr.communicate(timeout=max(1.0, timeout - (time.time() - t0)))
+            ok = pr.returncode == 0 and "SELF_CHECK_OK" in out
+            res[key] = None if ok else f"self-check failed (rc {pr.returncode}): {out[-1500:]}"
+        except subprocess.TimeoutExpired:
+            pr.kill()
+            pr.communicate()
+            res[key] = f"self-check timed out after {timeout:.0f} s (a hang: barrier deadlock?)"
+    return res

@@ -1,0 +1,327 @@
+"""Mixed-precision training kernels: multi-tensor unscale-and-check, dynamic loss scaling, fused optimizer steps.
+
+The recipe is Micikevicius et al., *Mixed Precision Training* (ICLR 2018): keep float32 *master* weights (an
+update smaller than half an ulp of a float16 weight would vanish), compute in float16/bfloat16, and multiply the
+loss by a scale ``S`` so that small gradients do not underflow float16; divide the gradients by ``S`` before the
+update and skip the step (and lower ``S``) when any gradient overflowed. Dynamic scaling raises ``S`` again
+after a run of clean steps (the policy of ``torch.amp.GradScaler``: initial 2^16, x2 after 2000 clean steps,
+x0.5 on overflow).
+
+Kernels (``cuda_src/amp.cu``):
+
+* :func:`unscale_and_check` — ONE launch over a list of gradient tensors of one dtype (one launch per dtype in
+  the list): ``g *= inv_scale`` in place and a device int32 flag set to 1 when any element is inf/NaN. The
+  pointer/size table lives on the device (cached per list, so a training loop copies it once); the flag comes
+  back as a 0-d CuPy int32 array and nothing here synchronises with the host.
+* :func:`sgd_momentum_step`, :func:`adamw_step` — one pass that reads the gradient (fp32/fp16/bf16, scaled by
+  ``inv_scale``), the fp32 master weights and fp32 optimizer state, and writes the master, the state and the
+  low-precision model copy. A device ``found_inf`` flag can be passed to skip the step on the device.
+* :class:`DynamicLossScaler` — the host-side policy; :meth:`DynamicLossScaler.update` reads the flag (the one
+  host synchronisation of a step).
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from . import _compile, _dtypes
+from . import numerics as _numerics  # noqa: F401  (declares the reduction-study kernels at import)
+
+SOURCE = "amp.cu"
+GRAD_DTYPES = (_dtypes.float32, _dtypes.float16, _dtypes.bfloat16)
+MODEL_DTYPES = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32)
+_BLOCK = 256
+
+_UNSCALE = {dt: f"unscale_and_check<{_dtypes.ctype(dt)}>" for dt in GRAD_DTYPES}
+# Model copy "None" is launched with M = float and a null pointer.
+_SGD = {(g, m): f"sgd_momentum_step<{_dtypes.ctype(g)}, {_dtypes.ctype(m)}>" for g in GRAD_DTYPES
+        for m in MODEL_DTYPES}
+_ADAMW = {(g, m): f"adamw_step<{_dtypes.ctype(g)}, {_dtypes.ctype(m)}>" for g in GRAD_DTYPES for m in MODEL_DTYPES}
+_compile.declare(SOURCE, list(_UNSCALE.values()) + list(_SGD.values()) + list(_ADAMW.values()))
+
+_NULL = np.uintp(0)
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _require_cupy(x, name):
+    cupy = _cupy()
+    if not isinstance(x, cupy.ndarray):
+        raise TypeError(f"{name} must be a CuPy array, got {type(x).__name__}")
+    return x
+
+
+def _grid(n: int, per_thread: int = 1) -> int:
+    dev = _cupy().cuda.runtime.getDevice()
+    want = -(-max(n, 1) // (_BLOCK * per_thread))
+    return int(max(1, min(want, _compile.sm_count(dev) * 8)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# unscale_and_check
+_TABLES: "OrderedDict[tuple, object]" = OrderedDict()
+_TABLES_MAX = 64
+
+
+def _table(group):
+    """Device int64 table [ptrs | sizes | offsets] for a list of arrays (cached: same list -> no copy)."""
+    cupy = _cupy()
+    key = (cupy.cuda.runtime.getDevice(),) + tuple((g.data.ptr, g.size) for g in group)
+    t = _TABLES.get(key)
+    if t is not None:
+        _TABLES.move_to_end(key)
+        return t[0]
+    sizes = np.array([g.size for g in group], dtype=np.int64)
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    host = np.concatenate([np.array([g.data.ptr for g in group], dtype=np.int64), sizes, offs])
+    # pinned staging + async copy on the current stream: no host synchronisation even on a cache miss
+    import cupyx
+
+    pinned = cupyx.empty_pinned(host.shape, dtype=np.int64)
+    pinned[...] = host
+    dev_t = cupy.empty(host.shape, dtype=np.int64)
+    dev_t.set(pinned, stream=cupy.cuda.get_current_stream())
+    _TABLES[key] = (dev_t, pinned)  # the pinned buffer lives as long as the table (copy may be in flight)
+    if len(_TABLES) > _TABLES_MAX:
+        _TABLES.popitem(last=False)
+    return dev_t
+
+
+def _check_grad_list(grads, what="grads"):
+    if not isinstance(grads, (list, tuple)):
+        grads = [grads]
+    cupy = _cupy()
+    for i, g in enumerate(grads):
+        if not isinstance(g, cupy.ndarray):
+            raise TypeError(f"{what}[{i}] must be a CuPy array, got {type(g).__name__}")
+        _dtypes.check_dtype(g.dtype, GRAD_DTYPES, f"{what}[{i}]")
+        if g.size and not g.flags.c_contiguous:
+            raise ValueError(f"{what}[{i}] (shape {g.shape}, strides {g.strides}) must be C-contiguous: "
+                             "it is updated in place")
+    return list(grads)
+
+
+def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
+    """Multiply every gradient by ``inv_scale`` in place and flag any inf/NaN, in one launch per dtype.
+
+    Parameters
+    ----------
+    grads : CuPy array or list of CuPy arrays, C-contiguous, float32/float16/bfloat16, any shapes.
+    inv_scale : float, 1/loss_scale (passed to the kernel as float32).
+    found_inf : optional 0-d (or 1-element) int32 CuPy array to OR the result into (as torch's
+        ``_amp_foreach_non_finite_check_and_unscale_``); a fresh zero flag otherwise.
+    write : False checks only (no stores), e.g. when the fused optimizer step unscales.
+
+    Returns the int32 flag array (device; 1 if any element of any tensor was inf or NaN before unscaling).
+    No host synchronisation. Raises TypeError for non-CuPy inputs or unsupported dtypes, ValueError for
+    non-contiguous arrays or a bad ``found_inf``.
+    """
+    cupy = _cupy()
+    grads = _check_grad_list(grads)
+    if found_inf is None:
+        found_inf = cupy.zeros((), dtype=np.int32)
+    else:
+        _require_cupy(found_inf, "found_inf")
+        if found_inf.dtype != np.int32 or found_inf.size != 1:
+            raise ValueError(f"found_inf must be a 1-element int32 CuPy array, got {found_inf.dtype} "
+                             f"shape {found_inf.shape}")
+    inv = np.float32(inv_scale)
+    groups: dict = {}
+    for g in grads:
+        if g.size:
+            groups.setdefault(g.dtype, []).append(g)
+    for dt, group in groups.items():
+        table = _table(group)
+        total = sum(g.size for g in group)
+        k = _compile.get_kernel(SOURCE, _UNSCALE[dt])
+        _compile.launch(k, (_grid(total, 4),), (_BLOCK,),
+                        (table, np.int32(len(group)), inv, np.int32(bool(write)), found_inf))
+    return found_inf
+
+
+def check_finite(grads, found_inf=None):
+    """Flag (device int32, 1 = found) any inf/NaN in a list of tensors without modifying them."""
+    return unscale_and_check(grads, 1.0, found_inf, write=False)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fused optimizer steps
+def _check_param_set(master, grad, states, model):
+    _require_cupy(master, "master")
+    _require_cupy(grad, "grad")
+    if master.dtype != np.float32:
+        raise TypeError(f"master weights must be float32, got {master.dtype}")
+    _dtypes.check_dtype(grad.dtype, GRAD_DTYPES, "grad")
+    arrays = [("grad", grad)] + list(states) + ([("model", model)] if model is not None else [])
+    for name, a in arrays:
+        _require_cupy(a, name)
+        if a.shape != master.shape:
+            raise ValueError(f"{name} has shape {a.shape}, master has shape {master.shape}")
+    for name, a in list(states):
+        if a.dtype != np.float32:
+            raise TypeError(f"{name} must be float32, got {a.dtype}")
+    if model is not None:
+        _dtypes.check_dtype(model.dtype, MODEL_DTYPES, "model")
+    for name, a in [("master", master)] + arrays:
+        if a.size and not a.flags.c_contiguous:
+            raise ValueError(f"{name} (shape {a.shape}) must be C-contiguous")
+
+
+def _skip_arg(found_inf):
+    if found_inf is None:
+        return _NULL
+    _require_cupy(found_inf, "found_inf")
+    if found_inf.dtype != np.int32 or found_inf.size != 1:
+        raise ValueError(f"found_inf must be a 1-element int32 CuPy array, got {found_inf.dtype} {found_inf.shape}")
+    return found_inf
+
+
+def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.9, dampening=0.0,
+                      weight_decay=0.0, nesterov=False, first_step=False, inv_scale=1.0, found_inf=None):
+    """One fused SGD-with-momentum step on float32 master weights (torch.optim.SGD semantics), in place.
+
+    ``g = grad*inv_scale + weight_decay*master``; ``buf = g`` on the first step, else
+    ``buf = momentum*buf + (1-dampening)*g``; ``g = g + momentum*buf`` (Nesterov) or ``buf``;
+    ``master -= lr*g``; ``model = round(master)`` (float16/bfloat16/float32 copy, same pass).
+
+    Shapes: all arrays the same shape, C-contiguous. Dtypes: master and momentum_buf float32; grad
+    float32/float16/bfloat16; model (optional) float16/bfloat16/float32. ``found_inf`` (optional 1-element int32
+    device flag): the step is skipped on the device when it is nonzero. Scalars are passed as float32.
+    Raises TypeError/ValueError on wrong types, dtypes or shapes (before any launch).
+    """
+    _check_param_set(master, grad, [("momentum_buf", momentum_buf)], model)
+    if nesterov and (momentum <= 0 or dampening != 0):
+        raise ValueError("Nesterov momentum requires momentum > 0 and dampening == 0")
+    skip = _skip_arg(found_inf)
+    if master.size == 0:
+        return master
+    mdt = model.dtype if model is not None else _dtypes.float32
+    k = _compile.get_kernel(SOURCE, _SGD[(grad.dtype, mdt)])
+    n = master.size
+    _compile.launch(k, (_grid(n),), (_BLOCK,),
+                    (grad, master, momentum_buf, model if model is not None else _NULL, np.int64(n),
+                     np.float32(lr), np.float32(momentum), np.float32(dampening), np.float32(weight_decay),
+                     np.int32(bool(nesterov)), np.int32(bool(first_step)), np.float32(inv_scale), skip))
+    return master
+
+
+def adamw_bias_corrections(step: int, betas=(0.9, 0.999)) -> tuple[float, float]:
+    """(1 - beta1^step, sqrt(1 - beta2^step)) computed in float64 on the host (step counts from 1)."""
+    if step < 1:
+        raise ValueError(f"AdamW step count starts at 1, got {step}")
+    b1, b2 = betas
+    return 1.0 - b1 ** step, math.sqrt(1.0 - b2 ** step)
+
+
+def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas=(0.9, 0.999), eps=1e-8,
+               weight_decay=1e-2, inv_scale=1.0, found_inf=None):
+    """One fused AdamW step on float32 master weights (torch.optim.AdamW semantics, amsgrad off), in place.
+
+    ``master *= 1 - lr*wd``; ``m = b1*m + (1-b1)*g``; ``v = b2*v + (1-b2)*g^2`` with ``g = grad*inv_scale``;
+    ``master -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)``; ``model = round(master)`` in the same pass.
+    ``step`` is the 1-based step count; the bias corrections are computed on the host in float64 and passed as
+    float32. Shapes/dtypes as :func:`sgd_momentum_step` (exp_avg, exp_avg_sq float32).
+    """
+    _check_param_set(master, grad, [("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)], model)
+    bc1, bc2s = adamw_bias_corrections(int(step), betas)
+    skip = _skip_arg(found_inf)
+    if master.size == 0:
+        return master
+    mdt = model.dtype if model is not None else _dtypes.float32
+    k = _compile.get_kernel(SOURCE, _ADAMW[(grad.dtype, mdt)])
+    n = master.size
+    _compile.launch(k, (_grid(n),), (_BLOCK,),
+                    (grad, master, exp_avg, exp_avg_sq, model if model is not None else _NULL, np.int64(n),
+                     np.float32(lr), np.float32(betas[0]), np.float32(betas[1]), np.float32(eps),
+                     np.float32(weight_decay), np.float32(bc1), np.float32(bc2s), np.float32(inv_scale), skip))
+    return master
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Dynamic loss scaling (host policy)
+class DynamicLossScaler:
+    """Dynamic loss scaling (Micikevicius et al. 2018; the torch.amp.GradScaler policy).
+
+    ``scale`` starts at ``init_scale`` (2^16). After a step whose gradients held an inf/NaN the step is skipped
+    and ``scale *= backoff_factor`` (0.5); after ``growth_interval`` (2000) consecutive clean steps
+    ``scale *= growth_factor`` (2). ``min_scale``/``max_scale`` clamp it (default: no clamp).
+
+    Typical loop::
+
+        loss = forward(...) * scaler.scale          # or scaler.scale_loss(loss)
+        grads = backward(...)
+        found = scaler.unscale_(grads)              # one launch, no sync  (or pass scaler.inv_scale to a
+        if scaler.update(found):                    #  fused step and call check_finite instead)
+            optimizer_step(grads)                   # update() syncs once and returns True if the step is clean
+
+    ``history`` holds one ``(scale_used, overflow)`` tuple per :meth:`update`.
+    """
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 min_scale=None, max_scale=None):
+        if not init_scale > 0 or not math.isfinite(init_scale):
+            raise ValueError(f"init_scale must be a positive finite number, got {init_scale}")
+        if not growth_factor > 1.0:
+            raise ValueError(f"growth_factor must be > 1, got {growth_factor}")
+        if not 0.0 < backoff_factor < 1.0:
+            raise ValueError(f"backoff_factor must be in (0, 1), got {backoff_factor}")
+        if int(growth_interval) < 1:
+            raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
+        self.scale = float(init_scale)
+        self.growth_factor = float(growth_factor)
+        self.backoff_factor = float(backoff_factor)
+        self.growth_interval = int(growth_interval)
+        self.min_scale = min_scale
+        self.max_scale = max_scale
+        self.growth_tracker = 0
+        self.history: list[tuple[float, bool]] = []
+
+    @property
+    def inv_scale(self) -> float:
+        return 1.0 / self.scale
+
+    def scale_loss(self, loss):
+        return loss * self.scale
+
+    def unscale_(self, grads, found_inf=None):
+        """Unscale ``grads`` in place with 1/scale and return the device overflow flag (no sync)."""
+        return unscale_and_check(grads, self.inv_scale, found_inf)
+
+    def check(self, grads, found_inf=None):
+        """The device overflow flag of ``grads`` without unscaling (for fused steps that take inv_scale)."""
+        return check_finite(grads, found_inf)
+
+    def update(self, found_inf) -> bool:
+        """Apply the policy for one step; returns True when the step is clean (apply it), False to skip.
+
+        ``found_inf``: the device flag from :meth:`unscale_` (read here: the step's one host sync), or a
+        Python bool/int.
+        """
+        overflow = bool(int(found_inf.get()) if hasattr(found_inf, "get") else int(found_inf))
+        self.history.append((self.scale, overflow))
+        if overflow:
+            self.scale *= self.backoff_factor
+            self.growth_tracker = 0
+        else:
+            self.growth_tracker += 1
+            if self.growth_tracker >= self.growth_interval:
+                self.scale *= self.growth_factor
+                self.growth_tracker = 0
+        if self.min_scale is not None:
+            self.scale = max(self.scale, float(self.min_scale))
+        if self.max_scale is not None:
+            self.scale = min(self.scale, float(self.max_scale))
+        return not overflow
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "growth_tracker": self.growth_tracker}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.scale = float(d["scale"])
+        self.growth_tracker = int(d["growth_tracker"])

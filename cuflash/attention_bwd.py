@@ -1,0 +1,353 @@
+"""Attention backward with recomputation: dQ, dK, dV from the forward's saved logsumexp.
+
+FlashAttention-2 (Dao 2023, arXiv:2307.08691, Algorithm 2; Dao et al. 2022, FlashAttention, Alg. 4 and App. B.2).
+The (seqlen_q, seqlen_k) matrices are never stored: with ``lse`` from the forward, ``P = exp(S - lse)`` is exact
+(not an online estimate), so the backward recomputes ``S = Q Kᵀ·scale`` tile by tile and needs only
+``D = rowsum(dO ∘ O)`` (the row term of the softmax Jacobian, eq. ``dS = P ∘ (dP − D)``):
+
+    dV = Pᵀ dO          dP = dO Vᵀ          dS = P ∘ (dP − D)          dQ = dS K · scale      dK = dSᵀ Q · scale
+
+Kernels (``cuda_src/attention_bwd.cu``): a preprocess pass (D in float32, the lse with -inf made safe, the dQ
+accumulator zeroed); the main pass parallel over K/V tiles (grid ``(ceil(Sk/64), heads_kv, batch)``; each block
+loops over the query heads of its GQA group and the Q tiles that see its keys, keeping dK, dV in float32
+registers); dQ either by float32 ``atomicAdd`` into a workspace (default, ``deterministic=False``: the summation
+order over K tiles varies between runs, so dQ may differ in the last bits) or, with ``deterministic=True``, by a
+separate kernel parallel over Q tiles that recomputes S, P, dP per K tile and sums in a fixed order (bitwise
+reproducible; about 40 % more FLOPs). float16 / bfloat16 run on tensor cores (mma.sync m16n8k16, float32
+accumulators; P and dS are rounded to the input dtype before the products, as in FlashAttention); float32 runs
+a SIMT path (exact float32 arithmetic, one warp per row, deterministic either way, slow).
+
+Traffic of the tensor-core path per (batch, head): K, V read once; Q, dO read once per K tile
+(2·ceil(Sk/64)·Sq·d elements); dK, dV written once; dQ: Sq·d float32 atomics per K tile (default) or Q, dO,
+K, V re-read by the dQ kernel (deterministic).
+
+Using it from PyTorch without copies (DLPack views both ways; bfloat16 crosses as a 16-bit integer view, which
+every DLPack version carries; the kernels run on torch's current stream)::
+
+    import cupy, torch, cuflash
+
+    def to_cupy(t):
+        t = t.detach()
+        if t.dtype == torch.bfloat16:
+            return cupy.from_dlpack(t.view(torch.int16)).view(cupy.uint16).view(cuflash.bfloat16)
+        return cupy.from_dlpack(t)
+
+    def to_torch(a):
+        if a.dtype == cuflash.bfloat16:
+            return torch.from_dlpack(a.view(cupy.int16)).view(torch.bfloat16)
+        return torch.from_dlpack(a)
+
+    class FlashAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal=False, softmax_scale=None):
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                out, lse = cuflash.attention(to_cupy(q), to_cupy(k), to_cupy(v), causal=causal,
+                                             softmax_scale=softmax_scale, return_lse=True)
+            out, lse = to_torch(out), to_torch(lse)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.args = (causal, softmax_scale)
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, lse = ctx.saved_tensors
+            causal, softmax_scale = ctx.args
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                dq, dk, dv = cuflash.attention_backward(
+                    *(to_cupy(t) for t in (dout, q, k, v, out, lse)), causal=causal, softmax_scale=softmax_scale)
+            return to_torch(dq), to_torch(dk), to_torch(dv), None, None
+
+    q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    FlashAttention.apply(q, k, v, True).sum().backward()   # q.grad, k.grad, v.grad
+
+(The runnable version is ``experiments/torch_autograd_example.py``.)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _compile, _dtypes
+from ._attn_common import (NATIVE_HEAD_DIMS, as_cupy, last_axis_contiguous, pad_head_dim, prepare)
+
+SOURCE = "attention_bwd.cu"
+BM = 64           # Br: query rows per Q tile of the tensor-core kernels
+# Bc (keys per block of the dK/dV kernel) per padded head_dim. 64: 4 warps (8 for head_dim 256); 128: 8 warps
+# (half the dQ atomics and Q/dO tile loads per FLOP, fewer resident blocks). EXTRA_BC: also instantiated, selectable
+# with block_sizes=(64, Bc) (the benchmark times both).
+DEFAULT_BC = {32: 64, 64: 64, 96: 64, 128: 64, 256: 64}
+EXTRA_BC = {64: (128,), 128: (128,)}
+ROWS_PER_BLOCK = 8  # preprocess / convert: one warp per row
+SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
+
+
+def warps_n(head_dim: int) -> int:
+    """Warps sharing a 16-row strip (each owns head_dim / WN columns of dK, dV, dQ): 2 for head_dim 256."""
+    return 2 if head_dim > 128 else 1
+
+
+def kernel_names(dtype, head_dim: int, bc: int | None = None) -> dict:
+    """C++ name expressions of the kernels one call launches for (dtype, padded head_dim, Bc)."""
+    dt = np.dtype(dtype)
+    ct = _dtypes.ctype(dt)
+    ns = "cuflash::attn_bwd::"
+    names = {"preprocess": f"{ns}bwd_preprocess<{ct}>"}
+    if dt == _dtypes.float32:
+        names.update(dq=f"{ns}bwd_dq_simt<float>", dkdv=f"{ns}bwd_dkdv_simt<float>")
+    else:
+        wn = warps_n(head_dim)
+        bc = DEFAULT_BC[head_dim] if bc is None else bc
+        names.update(dkdv=f"{ns}bwd_dkdv<{ct}, {head_dim}, {wn}, {bc}>", dq=f"{ns}bwd_dq<{ct}, {head_dim}, {wn}>",
+                     convert=f"{ns}bwd_dq_convert<{ct}>")
+    return names
+
+
+def smem_bytes(dtype, head_dim: int, kernel: str, bc: int | None = None) -> int:
+    """Dynamic shared memory of the tensor-core kernels (rows padded by 8 elements)."""
+    it = np.dtype(dtype).itemsize
+    ld = head_dim + 8
+    bc = DEFAULT_BC[head_dim] if bc is None else bc
+    if kernel == "dkdv":   # K, V tiles (Bc rows), Q, dO tiles (Br rows), dS^T tile, lse and D of the Q tile
+        return (2 * bc * ld + 2 * BM * ld + bc * (BM + 8)) * it + 2 * BM * 4
+    if kernel == "dq":     # Q, dO, K, V tiles, lse and D
+        return 4 * BM * ld * it + 2 * BM * 4
+    return 0
+
+
+def _declare():
+    _compile.declare(SOURCE, [kernel_names(_dtypes.float32, 32)[k] for k in ("preprocess", "dq", "dkdv")])
+    for dt in (_dtypes.float16, _dtypes.bfloat16):
+        for d in NATIVE_HEAD_DIMS:
+            _compile.declare(SOURCE, list(kernel_names(dt, d).values()))
+            for bc in EXTRA_BC.get(d, ()):
+                _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
+
+
+_declare()
+
+
+def all_kernel_names() -> list[str]:
+    """Every name expression this module can launch (the declared set)."""
+    return [n for src, n, _, _ in _compile.declared() if src == SOURCE]
+
+
+def _compile_one(args):
+    name, device = args
+    import cupy
+
+    with cupy.cuda.Device(device):
+        _compile.get_kernel(SOURCE, name)
+    return name
+
+
+def precompile(names=None, workers=None) -> int:
+    """Compile backward kernels for the current device in parallel processes (fills CuPy's on-disk cache).
+
+    A cold start otherwise compiles each instantiation serially on first use (seconds each). Returns the number
+    compiled; errors in a worker are raised here. ``names`` defaults to :func:`all_kernel_names`.
+    """
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import os
+
+    import cupy
+
+    names = list(all_kernel_names() if names is None else names)
+    if not names:
+        return 0
+    dev = cupy.cuda.runtime.getDevice()
+    n = workers or max(1, min(len(names), (os.cpu_count() or 2) - 1))
+    with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as ex:
+        done = list(ex.map(_compile_one, [(x, dev) for x in names]))
+    return len(done)
+
+
+def flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal=False) -> float:
+    """Backward FLOPs by the FlashAttention convention: 2.5 x the forward's 4·B·H·Sq·Sk·d (halved when causal)."""
+    f = 2.5 * 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
+    return f / 2 if causal else f
+
+
+def _empty_like_layout(a, shape, dtype):
+    """An uninitialised array of ``shape`` whose memory order follows ``a``'s strides (last axis contiguous).
+
+    A (batch, seqlen, heads, head_dim) tensor viewed as (batch, heads, seqlen, head_dim) gets a gradient of the
+    same kind of view; anything else gets a C-contiguous array.
+    """
+    import cupy
+
+    st = a.strides
+    order = sorted(range(a.ndim), key=lambda i: (-abs(st[i]), i))
+    if order[-1] != a.ndim - 1:
+        return cupy.empty(shape, dtype=dtype)
+    buf = cupy.empty(tuple(shape[i] for i in order), dtype=dtype)
+    inv = [order.index(i) for i in range(a.ndim)]
+    return buf.transpose(inv)
+
+
+def _bits(a):
+    """A 16-bit array as uint16 (copies and padding then never depend on CuPy's bfloat16 kernels)."""
+    import cupy
+
+    return a.view(cupy.uint16) if a.itemsize == 2 else a
+
+
+def _contig(a):
+    """``a`` when its last axis is unit-stride and rows are 16-byte aligned, else a C-contiguous copy."""
+    if a.itemsize == 2:
+        return last_axis_contiguous(_bits(a)).view(a.dtype)
+    return last_axis_contiguous(a)
+
+
+def _pad(a, d_to):
+    """Zero-pad the last axis of ``a`` to ``d_to`` (through a uint16 view for 16-bit dtypes)."""
+    return pad_head_dim(_bits(a), d_to).view(a.dtype) if a.itemsize == 2 else pad_head_dim(a, d_to)
+
+
+def _st(a):
+    it = a.itemsize
+    s = a.strides
+    return [np.int64(s[0] // it), np.int64(s[1] // it), np.int64(s[2] // it)]
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, window_size=(-1, -1),
+                       deterministic=False, block_sizes=None):
+    """Gradients of ``out = attention(q, k, v)`` with respect to q, k, v, recomputing P from ``lse``.
+
+    Parameters
+    ----------
+    dout : (batch, heads_q, seqlen_q, head_dim), the gradient of ``out``; q's dtype, any strides.
+    q : (batch, heads_q, seqlen_q, head_dim); k, v : (batch, heads_kv, seqlen_k, head_dim); float16, bfloat16 or
+        float32, any strides; heads_q % heads_kv == 0 (GQA / MQA).
+    out : (batch, heads_q, seqlen_q, head_dim), the forward's output (q's dtype).
+    lse : (batch, heads_q, seqlen_q) float32 (float64 / float16 are converted), the forward's natural-log
+        logsumexp of the scaled, masked scores; -inf for a row that sees no key (its gradients are 0).
+    causal, softmax_scale, window_size : exactly as given to the forward (bottom-right aligned mask; the scale
+        defaults to 1/sqrt(head_dim)).
+    deterministic : False (default): dQ is summed over K tiles with float32 atomicAdd, whose order varies, so
+        dq may differ in the last bits between runs (dk, dv never do). True: a separate dQ kernel sums in a
+        fixed order; results are bitwise identical over repeated runs. float32 inputs are always deterministic.
+    block_sizes : (Br, Bc) of the dK/dV kernel overriding the default (64, 64); (64, 128) is instantiated for
+        head_dim 64 and 128 (float16 / bfloat16). Anything else raises ValueError.
+
+    Returns
+    -------
+    (dq, dk, dv) : CuPy arrays with the shapes and dtypes of q, k, v; each follows its input's memory order
+    (a (batch, seqlen, heads, head_dim) view gets a gradient of the same kind), else C-contiguous. dk and dv
+    are summed over the query heads of each GQA group.
+
+    Raises
+    ------
+    TypeError : non-arrays; unsupported, mixed or mismatched dtypes (dout / out must have q's dtype; lse a
+        floating dtype).
+    ValueError : everything :func:`cuflash.attention` rejects, and dout / out not of q's shape or lse not of
+        shape (batch, heads_q, seqlen_q), block_sizes not instantiated; ``ConfigurationError`` when shared
+        memory does not fit the device.
+    """
+    import cupy
+
+    p = prepare(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+    dout, out, lse = as_cupy(dout, "dout"), as_cupy(out, "out"), as_cupy(lse, "lse")
+    B, Hq, Hkv, Sq, Sk, D = p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim
+    dt = p.dtype
+    for name, a in (("dout", dout), ("out", out)):
+        if a.dtype != dt:
+            raise TypeError(f"{name} must have q's dtype {dt}, got {a.dtype}")
+        if a.shape != p.q.shape:
+            raise ValueError(f"{name} must have q's shape {p.q.shape}, got {a.shape}")
+    if lse.dtype.kind != "f":
+        raise TypeError(f"lse must be a floating array (float32), got {lse.dtype}")
+    if lse.shape != (B, Hq, Sq):
+        raise ValueError(f"lse must have shape (batch, heads_q, seqlen_q) = {(B, Hq, Sq)}, got {lse.shape}")
+    dev = p.q.device.id
+    for name, a in (("dout", dout), ("out", out), ("lse", lse)):
+        if a.device.id != dev:
+            raise ValueError(f"{name} is on device {a.device.id}, q on device {dev}")
+
+    d = p.head_dim_padded
+    f32 = dt == _dtypes.float32
+    bc = None
+    if block_sizes is not None and not f32:
+        try:
+            br, bc = (int(x) for x in block_sizes)
+        except Exception:
+            raise ValueError(f"block_sizes must be a pair (Br, Bc), got {block_sizes!r}") from None
+        avail = [(BM, DEFAULT_BC[d])] + [(BM, c) for c in EXTRA_BC.get(d, ())]
+        if (br, bc) not in avail:
+            raise ValueError(f"block_sizes {block_sizes!r} is not instantiated for head_dim {d}, {dt}; "
+                             f"available: {avail}")
+    bc = DEFAULT_BC.get(d, 64) if bc is None else bc
+
+    dq = _empty_like_layout(p.q, p.q.shape, dt)
+    dk = _empty_like_layout(p.k, p.k.shape, dt)
+    dv = _empty_like_layout(p.v, p.v.shape, dt)
+    if B == 0 or Hq == 0 or Sq == 0 or Sk == 0 or D == 0:
+        for a in (dq, dk, dv):
+            _bits(a).fill(0)
+        return dq, dk, dv
+
+    if lse.dtype != np.float32:
+        lse = lse.astype(np.float32)
+    left, right = p.window
+    # A window wider than both sequences is unbounded (keeps the kernels' int arithmetic far from overflow).
+    if left > Sq + Sk:
+        left = -1
+    if right > Sq + Sk:
+        right = -1
+    scale = np.float32(p.softmax_scale)
+    names = kernel_names(dt, d, None if f32 else bc)
+
+    rows = B * Hq * Sq
+    delta = cupy.empty(rows, dtype=np.float32)
+    lse_safe = cupy.empty(rows, dtype=np.float32)
+    use_atomic = (not f32) and (not deterministic)
+    dq_accum = cupy.empty(rows * d if use_atomic else 1, dtype=np.float32)
+
+    out_c = out if out.strides[-1] == out.itemsize else _contig(out)
+    do_c = dout if dout.strides[-1] == dout.itemsize else _contig(dout)
+    lse_st = [np.int64(s // 4) for s in lse.strides]
+    _compile.launch(_compile.get_kernel(SOURCE, names["preprocess"]),
+                    (math.ceil(rows / ROWS_PER_BLOCK),), (32 * ROWS_PER_BLOCK,),
+                    (out_c, do_c, lse, delta, lse_safe, dq_accum, *_st(out_c), *_st(do_c), *lse_st,
+                     np.int32(Hq), np.int32(Sq), np.int32(D), np.int32(d), np.int32(use_atomic), np.int64(rows)),
+                    what="attention_backward preprocess")
+
+    common = (np.int32(Hq), np.int32(Hkv), np.int32(Sq), np.int32(Sk), np.int32(D), np.int32(left),
+              np.int32(right), scale)
+    if f32:
+        qq, kk, vv, gg = (a if a.strides[-1] == a.itemsize else _contig(a) for a in (p.q, p.k, p.v, do_c))
+        _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / SIMT_ROWS), Hkv, B),
+                        (32 * SIMT_ROWS,),
+                        (qq, kk, vv, gg, lse_safe, delta, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
+                         *_st(dk), *_st(dv), *common), what="attention_backward dK/dV (float32 SIMT)")
+        _compile.launch(_compile.get_kernel(SOURCE, names["dq"]), (math.ceil(Sq / SIMT_ROWS), Hq, B),
+                        (32 * SIMT_ROWS,),
+                        (qq, kk, vv, gg, lse_safe, delta, dq, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
+                         *_st(dq), *common), what="attention_backward dQ (float32 SIMT)")
+        return dq, dk, dv
+
+    if d != D:
+        qq, kk, vv, gg = (_pad(a, d) for a in (p.q, p.k, p.v, do_c))
+    else:
+        qq, kk, vv, gg = (_contig(a) for a in (p.q, p.k, p.v, do_c))
+    wn = warps_n(d)
+    block = (128 * wn,)
+    _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),
+                    (32 * (bc // 16) * wn,),
+                    (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
+                     *_st(dk), *_st(dv), *common, np.int32(use_atomic)),
+                    shared_mem=smem_bytes(dt, d, "dkdv", bc),
+                    what=f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
+    if use_atomic:
+        _compile.launch(_compile.get_kernel(SOURCE, names["convert"]), (math.ceil(rows / ROWS_PER_BLOCK),),
+                        (32 * ROWS_PER_BLOCK,),
+                        (dq_accum, dq, *_st(dq), np.int32(Hq), np.int32(Sq), np.int32(D), np.int32(d), scale,
+                         np.int64(rows)), what="attention_backward dQ convert")
+    else:
+        _compile.launch(_compile.get_kernel(SOURCE, names["dq"]), (math.ceil(Sq / BM), Hq, B), block,
+                        (qq, kk, vv, gg, lse_safe, delta, dq, *_st(qq), *_st(kk), *_st(vv), *_st(gg), *_st(dq),
+                         *common), shared_mem=smem_bytes(dt, d, "dq"),
+                        what=f"attention_backward dQ deterministic (head_dim {d}, {dt})")
+    return dq, dk, dv

@@ -1,0 +1,292 @@
+"""HBM traffic models: the bytes each kernel and schedule must move between HBM and the chip.
+
+Every function counts the global-memory bytes the *schedule* asks for (each element read or written in HBM
+counted once per time the algorithm moves it), with no credit for L2 hits. Measured DRAM bytes
+(:mod:`cuflash.ncu`) can be lower (L2 serves re-reads, e.g. K/V tiles shared by concurrent Q tiles) or higher
+(write-allocate, partial sectors); the experiments print measured / modeled and flag differences above 10%.
+
+Sources:
+- Softmax passes: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018): naive softmax
+  makes 3 memory accesses per element (2 loads, 1 store), safe softmax 4 (3 loads, 1 store), online softmax 3.
+  A row held on chip needs 2 (1 load, 1 store): the floor for any softmax.
+- Attention: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
+  (NeurIPS 2022), Algorithm 0 (standard: S and P written to HBM) and Algorithm 1 (FlashAttention);
+  Theorem 2: standard attention needs Theta(N d + N^2) HBM accesses, FlashAttention Theta(N^2 d^2 M^-1)
+  for SRAM size M (d <= M <= N d). FlashAttention-2 (Dao, 2023), Algorithm 1: Q tiles outermost, so Q and
+  O move once and K, V once per Q tile.
+- Norms: a fused residual add + norm reads x and residual and writes y and the new residual (4 passes);
+  unfused it is an add (2 reads, 1 write) then a norm (1 read, 1 write): 5 passes.
+
+Units: bytes (int). Element sizes from the dtype (float16/bfloat16 2, float32 4).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _dtypes
+
+SOFTMAX_METHODS = ("naive", "safe", "online", "cached", "split")
+# names other modules may use for the same schedules
+_SOFTMAX_ALIASES = {"three_pass": "safe", "3pass": "safe", "safe3": "safe", "two_pass": "online",
+                    "2pass": "online", "online2": "online", "single": "cached", "onchip": "cached",
+                    "on_chip": "cached", "fused": "cached", "register": "cached", "smem": "cached",
+                    "single_read": "cached", "split_row": "split", "splitrow": "split", "cluster": "cached",
+                    "auto": "cached", "online_cached": "cached", "warp": "cached",
+                    "block": "cached", "stream": "online"}
+SCHEDULES = ("standard", "fa1", "fa2")
+ACC_BYTES = 4  # float32 accumulators, statistics and workspaces
+
+
+def itemsize(dtype) -> int:
+    """Bytes per element of ``dtype`` (accepts numpy dtypes, names, and 'bfloat16')."""
+    if isinstance(dtype, str) and dtype in ("bf16", "bfloat16"):
+        return 2
+    if isinstance(dtype, str) and dtype in ("fp16", "half"):
+        return 2
+    if isinstance(dtype, str) and dtype in ("fp32",):
+        return 4
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return np.dtype(getattr(_dtypes, str(dtype))).itemsize
+
+
+def softmax_method(method: str) -> str:
+    """The canonical name of a softmax schedule (``naive``, ``safe``, ``online``, ``cached``, ``split``)."""
+    m = str(method).lower()
+    m = _SOFTMAX_ALIASES.get(m, m)
+    if m not in SOFTMAX_METHODS:
+        raise ValueError(f"unknown softmax method {method!r}; known: {SOFTMAX_METHODS}")
+    return m
+
+
+def softmax_passes(method: str) -> int:
+    """Memory passes over the row (loads + stores per element): naive 3, safe 4, online 3, cached 2, split 2.
+
+    (Milakov & Gimelshein 2018, Sections 2-3.) ``online`` is the streaming two-pass form (state pass, then
+    normalise pass); ``cached`` keeps the row on chip (one read, one write); ``split`` cuts a long row over
+    K blocks that each keep their chunk on chip and merge partial (m, l) states through a workspace
+    (one read, one write, plus the workspace: see :func:`softmax_bytes`).
+    """
+    return {"naive": 3, "safe": 4, "online": 3, "cached": 2, "split": 2}[softmax_method(method)]
+
+
+def softmax_bytes(rows: int, cols: int, dtype, method: str = "cached", splits: int = 1, out_dtype=None) -> int:
+    """HBM bytes of a row softmax over ``rows`` rows of ``cols`` elements.
+
+    ``(passes - 1) * rows * cols * s_in + rows * cols * s_out`` with ``passes`` from :func:`softmax_passes`
+    (one of the passes is the store of y). ``split``: each row is cut into ``splits`` chunks handled by
+    different blocks; a workspace of ``rows * splits`` (m, l) float32 pairs is written once and read by every
+    chunk (``rows * splits * splits * 8`` bytes read): ``2 * rows * cols * s_in + rows * cols * s_out + ws``.
+    """
+    m = softmax_method(method)
+    s_in = itemsize(dtype)
+    s_out = itemsize(out_dtype if out_dtype is not None else dtype)
+    n = int(rows) * int(cols)
+    total = (softmax_passes(m) - 1) * n * s_in + n * s_out
+    if m == "split":
+        k = max(int(splits), 1)
+        total += int(rows) * k * 2 * ACC_BYTES + int(rows) * k * k * 2 * ACC_BYTES
+    return int(total)
+
+
+def norm_bytes(rows: int, hidden: int, dtype, kind: str = "layer", residual: bool = False, fused: bool = True,
+               weight: bool = True, bias: bool | None = None, residual_out: bool = True,
+               save_stats: bool = False) -> int:
+    """HBM bytes of LayerNorm (``kind="layer"``) or RMSNorm (``"rms"``) over ``rows x hidden``.
+
+    - no residual: read x, write y: ``2 N s`` (N = rows * hidden)
+    - fused residual: read x and r, write y and (``residual_out``) h = x + r: ``4 N s`` (3 without h)
+    - unfused residual: add (read x, r; write h) then norm (read h; write y): ``5 N s``
+    plus weight (and bias, LayerNorm only by default) ``hidden * s`` each, read once, and with
+    ``save_stats`` the float32 statistics per row (mean and rstd for LayerNorm, rstd for RMSNorm).
+    """
+    if kind not in ("layer", "rms"):
+        raise ValueError(f"kind must be 'layer' or 'rms', got {kind!r}")
+    s = itemsize(dtype)
+    n = int(rows) * int(hidden)
+    if not residual:
+        passes = 2
+    elif fused:
+        passes = 4 if residual_out else 3
+    else:
+        passes = 5
+    total = passes * n * s
+    if bias is None:
+        bias = kind == "layer"
+    total += (int(bool(weight)) + int(bool(bias))) * int(hidden) * s
+    if save_stats:
+        total += int(rows) * ACC_BYTES * (2 if kind == "layer" else 1)
+    return int(total)
+
+
+def norm_flops(rows: int, hidden: int, kind: str = "layer", residual: bool = False) -> int:
+    """Approximate FLOPs of a norm: ~8 per element for LayerNorm, ~6 for RMSNorm, +1 for the residual add."""
+    per = 8 if kind == "layer" else 6
+    return int(rows) * int(hidden) * (per + int(bool(residual)))
+
+
+def softmax_flops(rows: int, cols: int, method: str = "cached") -> int:
+    """Approximate FLOPs of a softmax: ~5 per element (max, subtract, exp, add, scale); online adds a rescale."""
+    per = 6 if softmax_method(method) in ("online", "split") else 5
+    return int(rows) * int(cols) * per
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Attention
+def _key_range(q_start, q_end, seqlen_q, seqlen_k, window):
+    """Keys [lo, hi) visible to query rows [q_start, q_end) with bottom-right aligned masks (as prepare())."""
+    shift = seqlen_k - seqlen_q
+    left, right = window
+    hi = seqlen_k if right < 0 else min(seqlen_k, q_end - 1 + shift + right + 1)
+    lo = 0 if left < 0 else max(0, q_start + shift - left)
+    return lo, max(hi, lo)
+
+
+def _window(causal, window):
+    left, right = (-1, -1) if window is None else (int(window[0]), int(window[1]))
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    return left, right
+
+
+def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=None) -> int:
+    """Number of (query, key) pairs the mask allows (bottom-right aligned): the exact score count."""
+    w = _window(causal, window)
+    i = np.arange(seqlen_q, dtype=np.int64)
+    lo, hi = _key_range_vec(i, i + 1, seqlen_q, seqlen_k, w)
+    return int(np.maximum(hi - lo, 0).sum())
+
+
+def _key_range_vec(q_start, q_end, seqlen_q, seqlen_k, window):
+    shift = seqlen_k - seqlen_q
+    left, right = window
+    hi = np.full_like(q_start, seqlen_k) if right < 0 else np.minimum(seqlen_k, q_end - 1 + shift + right + 1)
+    lo = np.zeros_like(q_start) if left < 0 else np.maximum(0, q_start + shift - left)
+    hi = np.maximum(hi, lo)
+    return lo, hi
+
+
+def attention_flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool = False,
+                    window=None, backward: bool = False, schedule: str = "fa2", exact: bool = False) -> int:
+    """Matmul FLOPs of attention: forward ``4 * B * H * Sq * Sk * d`` (QK^T and PV, 2 FLOPs per MAC),
+    halved for causal (the convention of the FlashAttention benchmarks; ``exact=True`` counts the visible
+    pairs instead).
+
+    ``backward=True`` gives forward + backward: the standard schedule's backward is 4 matmuls (dV, dP, dQ, dK:
+    total 3x forward); FlashAttention's recomputes S (5 matmuls: total 3.5x forward), Dao 2022 Appendix B.
+    """
+    if exact:
+        pairs = visible_pairs(seqlen_q, seqlen_k, causal, window)
+    else:
+        pairs = seqlen_q * seqlen_k * (0.5 if causal else 1.0)
+    fwd = 4.0 * batch * heads * pairs * head_dim
+    if not backward:
+        return int(fwd)
+    return int(fwd * (3.0 if schedule == "standard" else 3.5))
+
+
+def attention_bytes(schedule: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int,
+                    Br: int | None = None, Bc: int | None = None, dtype="float16", causal: bool = False, *,
+                    heads_kv: int | None = None, window=None, score_dtype="float32", return_lse: bool = False,
+                    softmax: str = "cached") -> int:
+    """HBM bytes of one attention forward under ``schedule`` ("standard", "fa1" or "fa2").
+
+    Per (batch, query head), with s = dtype size, N = seqlen, d = head_dim, T_r = ceil(Sq/Br), T_c = ceil(Sk/Bc):
+
+    ``standard`` (FlashAttention paper, Algorithm 0; cuflash's ``_attention_alt.standard_forward``):
+        Q, K, V read once and O written once: ``(2 Sq + 2 Sk) d s``; S = QK^T written, read by the softmax,
+        P written, read by PV: ``4 Sq Sk s_S`` with ``s_S`` the score dtype (float32 in cuflash's standard
+        path; pass ``score_dtype=dtype`` for the paper's count); a mask (causal/window) applied in HBM adds
+        one read + write of S, ``return_lse`` one more read of S, and a softmax method other than
+        ``cached`` its extra passes. Theta(N d + N^2) (Theorem 2). Br, Bc are ignored.
+
+    ``fa1`` (FlashAttention, Algorithm 1; cuflash's ``fa1_forward``): K/V tiles outermost. Each K_j, V_j is
+        read once (``2 Sk d s``); for every visited (Q tile i, K/V tile j) pair the Q tile is read
+        (``Br d s``) and the float32 O_i, m_i, l_i are read (except on the tile's first step) and written
+        back (except on its last step, which writes the output in the input dtype and the float32 lse).
+        Without masks this is ``2 Sk d s + T_c Sq d s + (T_c - 1) Sq (d + 2) 4 * 2 + Sq d s + 4 Sq``:
+        Theta(N^2 d / Bc) = Theta(N^2 d^2 / M) with Bc = Theta(M / d) (Theorem 2).
+
+    ``fa2`` (FlashAttention-2, Algorithm 1): Q tiles outermost. Q read and O written once (``2 Sq d s``),
+        the float32 lse written (``4 Sq``), K and V read once per Q tile over its visible key range
+        (``2 T_r Sk d s`` without masks). Bc does not enter.
+
+    Masks (``causal`` and ``window=(left, right)``, bottom-right aligned as in FlashAttention >= 2.1) skip the
+    tiles that no query of the tile can see (fa1, fa2). ``heads_kv`` (GQA) only changes the standard
+    schedule's K/V reads (once per KV head); the tiled schedules read K/V per query head.
+    Returns int bytes for the whole batch.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    B, H, Sq, Sk, d = int(batch), int(heads), int(seqlen_q), int(seqlen_k), int(head_dim)
+    Hkv = H if heads_kv is None else int(heads_kv)
+    s = itemsize(dtype)
+    w = _window(causal, window)
+    masked = w != (-1, -1)
+    if schedule == "standard":
+        ss = itemsize(score_dtype if score_dtype is not None else dtype)
+        n2 = Sq * Sk
+        per_head = 2 * Sq * d * s + n2 * ss            # read Q, write O; write S
+        per_head += (softmax_passes(softmax) - 1) * n2 * ss + n2 * ss  # softmax: read S (passes-1), write P
+        per_head += n2 * ss                            # PV reads P
+        if masked:
+            per_head += 2 * n2 * ss
+        if return_lse:
+            per_head += n2 * ss + 4 * Sq
+        return int(B * (H * per_head + Hkv * 2 * Sk * d * s))
+    if Br is None or Bc is None:
+        raise ValueError(f"schedule {schedule!r} needs the tile sizes Br and Bc")
+    Br, Bc = int(Br), int(Bc)
+    Tr = max(math.ceil(Sq / Br), 0)
+    i0 = np.arange(Tr, dtype=np.int64) * Br
+    i1 = np.minimum(i0 + Br, Sq)
+    rows = i1 - i0
+    lo, hi = _key_range_vec(i0, i1, Sq, Sk, w)
+    if schedule == "fa2":
+        per_head = 2 * Sq * d * s + 4 * Sq
+        per_head += int((2 * (hi - lo) * d * s).sum())
+        return int(B * H * per_head)
+    # fa1: tile-granular visited range [jlo, jhi) per Q tile
+    jlo = lo // Bc
+    jhi = np.where(hi > lo, -(-hi // Bc), jlo)
+    steps = np.maximum(jhi - jlo, 0)
+    q_reads = int((steps * rows).sum()) * d * s
+    state = (d + 2) * ACC_BYTES                     # O_i (float32), m_i, l_i per row
+    rw = int((np.maximum(steps - 1, 0) * rows).sum()) * state * 2
+    final = Sq * (d * s + 4)                        # output in dtype + lse (also for empty tiles)
+    # K_j, V_j: read once per outer step that some tile visits
+    Tc = math.ceil(Sk / Bc) if Sk else 0
+    used = np.zeros(Tc, dtype=bool)
+    for a, b in zip(jlo, jhi):
+        used[a:b] = True
+    j0 = np.arange(Tc, dtype=np.int64) * Bc
+    kv = int((np.minimum(j0 + Bc, Sk) - j0)[used].sum()) * 2 * d * s
+    return int(B * H * (q_reads + rw + final + kv))
+
+
+def theorem2_accesses(schedule: str, seqlen: int, head_dim: int, sram_elems: int) -> float:
+    """The asymptotic HBM access counts of the FlashAttention paper's Theorem 2 (elements, constants 1):
+    standard ``N d + N^2``; FlashAttention ``N^2 d^2 / M`` for SRAM size ``M`` elements (d <= M <= N d)."""
+    N, d, M = float(seqlen), float(head_dim), float(sram_elems)
+    if schedule == "standard":
+        return N * d + N * N
+    if schedule in ("fa1", "fa2", "flash"):
+        return N * N * d * d / M
+    raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def fa1_block_sizes_for_sram(sram_elems: int, head_dim: int) -> tuple[int, int]:
+    """The paper's tile sizes (Algorithm 1, line 1): Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d)."""
+    bc = math.ceil(sram_elems / (4 * head_dim))
+    return min(bc, head_dim), bc
+
+
+def attention_min_bytes(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, dtype="float16",
+                        heads_kv: int | None = None, lse: bool = True) -> int:
+    """The compulsory traffic: read Q, K, V once, write O (and lse) once."""
+    s = itemsize(dtype)
+    Hkv = heads if heads_kv is None else heads_kv
+    return int(batch * (heads * seqlen_q * (2 * head_dim * s + (4 if lse else 0)) + Hkv * 2 * seqlen_k * head_dim * s))

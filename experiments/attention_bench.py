@@ -1,0 +1,212 @@
+"""Attention forward speed: cuflash's FA-2 kernel against torch SDPA (FLASH and CUDNN backends), same run.
+
+The FlashAttention-2 benchmark convention (Dao 2023, Fig. 5-6): 16K tokens in total (batch = 16384 / seqlen),
+hidden 2048 (heads = 2048 / head_dim), head_dim 64 and 128, seqlen 512 ... 16K, causal and not, bfloat16 and
+float16. TFLOP/s = 4·B·H·N²·d / t, halved when causal. Each speed sits beside its max abs error against a
+float64 reference computed on a sample of query rows (all heads of batch 0), so a fast wrong kernel shows.
+
+Writes experiments/results/attention_bench.json|csv and plots/attention_tflops.png.
+
+    python experiments/attention_bench.py            # full sweep
+    python experiments/attention_bench.py --quick    # seqlen 1K and 4K, bf16 only
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOKENS, HIDDEN = 16384, 2048
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--masks", nargs="+", default=["full", "causal"], choices=["full", "causal"])
+    ap.add_argument("--rep", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch SDPA peers")
+    ap.add_argument("--no-wgmma", action="store_true", help="skip the Hopper wgmma schedule column")
+    ap.add_argument("--quick", action="store_true", help="seqlen 1K and 4K, bfloat16, rep 20")
+    ap.add_argument("--name", default="attention_bench")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.seqlens, a.dtypes, a.rep, a.warmup = [1024, 4096], ["bfloat16"], 20, 3
+    a.rep = max(a.rep, 20)
+    return a
+
+
+def _torch():
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        if not torch.cuda.is_available():
+            return None
+        return torch, SDPBackend, sdpa_kernel
+    except Exception as e:  # pragma: no cover - depends on the machine
+        print(f"attention_bench: torch peers skipped ({e})")
+        return None
+
+
+def to_torch(torch, x):
+    """Zero-copy torch view of a CuPy array (bf16 through a uint16 view: DLPack support varies)."""
+    import cupy as cp
+
+    if x.dtype == np.float16:
+        return torch.from_dlpack(x)
+    return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
+
+
+def sample_ref(q, k, v, causal, rows):
+    """float64 reference output for query ``rows`` of batch 0, all heads: (H, len(rows), d)."""
+    import cupy as cp
+
+    qs = q[0][:, rows].astype(cp.float64)
+    kk, vv = k[0].astype(cp.float64), v[0].astype(cp.float64)
+    d = q.shape[-1]
+    s = cp.matmul(qs, kk.swapaxes(-1, -2)) / math.sqrt(d)
+    if causal:
+        j = cp.arange(k.shape[2])[None, :]
+        i = cp.asarray(rows)[:, None] + (k.shape[2] - q.shape[2])
+        s = cp.where(j <= i, s, -cp.inf)
+    s = s - s.max(-1, keepdims=True)
+    p = cp.exp(s)
+    return cp.matmul(p, vv) / p.sum(-1, keepdims=True)
+
+
+def main(argv=None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    from cuflash import bench
+
+    if not bench.has_gpu():
+        print("attention_bench: no CUDA device visible (run on the GPU machine)")
+        return 2
+    import cupy as cp
+    from tqdm import tqdm
+    A = importlib.import_module("cuflash.attention")
+    from cuflash._dtypes import bfloat16
+
+    th = None if a.no_torch else _torch()
+    combos = [(dn, d, n, m) for dn in a.dtypes for d in a.head_dims for n in a.seqlens for m in a.masks]
+    rows = []
+    rng = cp.random.default_rng(0)  # on the device: 16K tokens x hidden 2048 x 3 per configuration
+    for dn, d, n, mask in tqdm(combos, desc="attention bench", unit="cfg"):
+        dt = bfloat16 if dn == "bfloat16" else np.dtype(np.float16)
+        causal = mask == "causal"
+        B, H = max(TOKENS // n, 1), HIDDEN // d
+        shape = (B, H, n, d)
+        q, k, v = (rng.standard_normal(shape, dtype=np.float32).astype(dt) for _ in range(3))
+        fl = A.flops(B, H, n, n, d, causal)
+        sample = np.unique(np.linspace(0, n - 1, 48).astype(int))
+        ref = sample_ref(q, k, v, causal, sample)
+
+        def err(out):
+            o = cp.asarray(out)[0][:, sample].astype(cp.float64)
+            return float(cp.abs(o - ref).max())
+
+        row = {"dtype": dn, "head_dim": d, "seqlen": n, "causal": causal, "batch": B, "heads": H,
+               "tiles": "{}x{}/{}w".format(*A.DEFAULT_TILES[(d, causal)])}
+        fn = lambda: A.attention(q, k, v, causal=causal, schedule="fa2")  # noqa: E731
+        t = bench.time_cuda(fn, warmup=a.warmup, rep=a.rep)
+        row["cuflash_ms"] = t["median_ms"]
+        row["cuflash_tflops"] = fl / (t["median_ms"] * 1e-3) / 1e12
+        row["cuflash_err"] = err(fn())
+        if not a.no_wgmma:  # the Hopper wgmma kernel (cuflash._attention_sm90), when it runs here
+            try:
+                wfn = lambda: A.attention(q, k, v, causal=causal, schedule="wgmma")  # noqa: E731
+                row["wgmma_err"] = err(wfn())
+                tw = bench.time_cuda(wfn, warmup=a.warmup, rep=a.rep)
+                row["wgmma_ms"] = tw["median_ms"]
+                row["wgmma_tflops"] = fl / (tw["median_ms"] * 1e-3) / 1e12
+            except Exception as e:
+                row["wgmma_tflops"] = None
+                row["wgmma_note"] = repr(e)[:120]
+        if th is not None:
+            torch, SDPBackend, sdpa_kernel = th
+            tq, tk, tv = (to_torch(torch, x) for x in (q, k, v))
+            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                def tfn():
+                    with sdpa_kernel(backend):
+                        return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+                try:
+                    out = tfn()
+                    torch.cuda.synchronize()
+                    tt = bench.time_cuda(tfn, warmup=a.warmup, rep=a.rep)
+                    row[f"torch_{name}_ms"] = tt["median_ms"]
+                    row[f"torch_{name}_tflops"] = fl / (tt["median_ms"] * 1e-3) / 1e12
+                    o = out.contiguous()
+                    o = cp.from_dlpack(o.view(torch.int16) if o.dtype == torch.bfloat16 else o)
+                    row[f"torch_{name}_err"] = err(o.view(cp.uint16).view(bfloat16) if dn == "bfloat16" else o)
+                    row[f"ratio_vs_{name}"] = row["cuflash_tflops"] / row[f"torch_{name}_tflops"]
+                    if row.get("wgmma_tflops"):
+                        row[f"wgmma_ratio_vs_{name}"] = row["wgmma_tflops"] / row[f"torch_{name}_tflops"]
+                except Exception as e:
+                    row[f"torch_{name}_tflops"] = None
+                    row[f"torch_{name}_note"] = repr(e)[:120]
+            del tq, tk, tv
+        rows.append(row)
+        q = k = v = ref = None  # free before the next size
+        cp.get_default_memory_pool().free_all_blocks()
+    meta = {"what": "attention forward TFLOP/s, FlashAttention-2 convention (16K tokens, hidden 2048)",
+            "flops": "4*B*H*N^2*d / t, halved when causal", "timing": f"CUDA events, warmup {a.warmup}, median of {a.rep}",
+            "error": "max abs error vs float64 reference on 48 query rows x all heads of batch 0",
+            "peers": "torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(FLASH_ATTENTION / CUDNN_ATTENTION)"}
+    path = bench.write_results(a.name, rows, meta)
+    cols = ["dtype", "head_dim", "seqlen", "causal", "cuflash_tflops", "cuflash_err", "torch_flash_tflops",
+            "torch_flash_err", "torch_cudnn_tflops", "torch_cudnn_err", "ratio_vs_flash", "wgmma_tflops",
+            "wgmma_err", "wgmma_ratio_vs_cudnn"]
+    print(bench.table(rows, cols))
+    plot(rows, bench.PLOTS / "attention_tflops.png")
+    print(f"wrote {path} and plots/attention_tflops.png")
+    return 0
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = sorted({r["head_dim"] for r in rows})
+    masks = sorted({r["causal"] for r in rows})
+    fig, axes = plt.subplots(len(masks), len(dims), figsize=(5.5 * len(dims), 4 * len(masks)), squeeze=False)
+    for i, causal in enumerate(masks):
+        for j, d in enumerate(dims):
+            ax = axes[i][j]
+            for dn, ls in (("bfloat16", "-"), ("float16", "--")):
+                rs = sorted([r for r in rows if r["head_dim"] == d and r["causal"] == causal and r["dtype"] == dn],
+                            key=lambda r: r["seqlen"])
+                if not rs:
+                    continue
+                for key, c, lab in (("cuflash_tflops", "C0", "cuflash FA-2"), ("torch_flash_tflops", "C1", "torch FLASH"),
+                                    ("torch_cudnn_tflops", "C2", "torch cuDNN"), ("wgmma_tflops", "C3", "cuflash wgmma")):
+                    pts = [(r["seqlen"], r[key]) for r in rs if r.get(key)]
+                    if pts:
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, color=c, marker="o", ms=3,
+                                label=f"{lab} {dn}")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("seqlen")
+            ax.set_ylabel("TFLOP/s")
+            ax.set_title(f"head_dim {d}, {'causal' if causal else 'no mask'}", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
+    fig.suptitle("attention forward, 16K tokens, hidden 2048", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

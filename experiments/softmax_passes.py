@@ -1,0 +1,284 @@
+"""Softmax methods: passes over memory against time, per row length and dtype.
+
+The schedules (Milakov & Gimelshein 2018; ``cuflash.traffic.softmax_passes``): ``naive`` (sum of exp, then
+normalise: 3 accesses per element), ``safe`` (max, sum, normalise: 4), ``online two-pass`` (state pass then
+normalise: 3), ``online`` as ``cuflash.softmax`` runs it by default (row held on chip: 2; very long rows with few
+rows are split over blocks merging states through a workspace: 2 + workspace; rows too long to hold: 3).
+Each row is timed with CUDA events (median, inputs ~L2-sized or larger rotated / flushed) and converted to
+*equivalent passes* = time x copy bandwidth / (elements x itemsize), the copy bandwidth measured in the same run:
+a schedule that is purely memory bound sits on its modeled pass count. torch.softmax is timed beside it.
+Without a GPU (or with ``--predict``): the model only, with roofline-predicted times (labelled PREDICTED).
+
+    python experiments/softmax_passes.py [--quick] [--predict] [--ncu auto|on|off] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from cuflash import bench, gpus, ncu, traffic  # noqa: E402
+
+# (label, public method, partition knob or None, model method or None = from the plan)
+METHODS = [("naive", "naive", None, "naive"),
+           ("safe (3 reads)", "safe", None, "safe"),
+           ("online two-pass", "online", {"single_read": False}, "online"),
+           ("online (cuflash default)", "online", None, None)]
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--elements", type=int, default=1 << 26, help="elements per input (rows x cols)")
+    ap.add_argument("--cols", default="1024,4096,16384,65536,262144,1048576")
+    ap.add_argument("--dtypes", default="float32,bfloat16,float16")
+    ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smoke size: 4M elements, 3 row lengths, 2 dtypes")
+    ap.add_argument("--predict", action="store_true")
+    ap.add_argument("--gpu", default="H200")
+    ap.add_argument("--ncu", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--plots", default=None)
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.elements = min(a.elements, 1 << 22)
+        a.cols = "1024,16384,262144"
+        a.dtypes = "float32,bfloat16"
+    return a
+
+
+def output_dirs(a):
+    if a.out:
+        bench.RESULTS = Path(a.out)
+    plots = Path(a.plots) if a.plots else (Path(a.out) / "plots" if a.out else bench.PLOTS)
+    plots.mkdir(parents=True, exist_ok=True)
+    return plots
+
+
+def to_torch(torch, x):
+    """A torch view of a CuPy array (bfloat16 through an int16 view: DLPack has no ml_dtypes bfloat16)."""
+    import cupy as cp
+
+    if str(x.dtype) == "bfloat16":
+        return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(x)
+
+
+def from_torch(torch, t):
+    import cupy as cp
+
+    from cuflash import _dtypes
+
+    if t.dtype == torch.bfloat16:
+        return cp.from_dlpack(t.contiguous().view(torch.int16)).view(cp.uint16).view(_dtypes.bfloat16)
+    return cp.from_dlpack(t.contiguous())
+
+
+def _sm():
+    return importlib.import_module("cuflash.softmax")
+
+
+def model_method(method, partition, model, dtype, rows, cols, x=None):
+    """The traffic-model name and split count for one row of the sweep (the plan decides for the default:
+    the plan of the real call on ``x`` when given, else the arithmetic plan)."""
+    if model is not None:
+        return model, 1
+    try:
+        sm = _sm()
+        if x is not None:
+            pl = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, method, partition, return_plan=True)[1]
+        else:
+            pl = sm.plan(np.dtype(dtype), rows, cols, method=method, partition=partition)
+        if pl.path == "split":
+            return "split", pl.chunks
+        return ("online" if pl.path == "stream" else "cached"), pl.chunks
+    except Exception:
+        return "cached", 1
+
+
+def _dt(name):
+    from cuflash import _dtypes
+
+    return getattr(_dtypes, name)
+
+
+def shapes(a):
+    out = []
+    for c in [int(x) for x in a.cols.split(",")]:
+        rows = max(a.elements // c, 1)
+        out.append((rows, c))
+    return out
+
+
+def run(a, plots, predicted):
+    g = gpus.get(a.gpu)
+    rows_out = []
+    jobs = [(dn, r, c) for dn in a.dtypes.split(",") for r, c in shapes(a)]
+    use_ncu = (not predicted) and (a.ncu == "on" or (a.ncu == "auto" and not a.quick)) and ncu.available()
+    env = bench.environment() if not predicted else {}
+    if not predicted:
+        import cupy as cp
+        from tqdm import tqdm
+
+        from cuflash import reference
+        from cuflash._attention_alt import from_float32
+
+        sm = _sm()
+        # copy ceiling in the same run
+        src = cp.empty(1 << 28, dtype=cp.uint8)
+        dst = cp.empty_like(src)
+        t = bench.time_cuda(lambda: cp.copyto(dst, src), warmup=3, rep=20)["median_ms"]
+        copy_gbps = 2 * src.nbytes / (t * 1e-3) / 1e9
+        del src, dst
+        th = None
+        if not a.no_torch:
+            try:
+                import torch
+
+                th = torch if torch.cuda.is_available() else None
+            except Exception:
+                th = None
+        bar = tqdm(total=len(jobs) * (len(METHODS) + (1 if th else 0)), desc="softmax_passes", unit="run")
+    else:
+        copy_gbps = g.copy_GBps()
+        bar = None
+    for dn, nrows, cols in jobs:
+        dt = _dt(dn)
+        s = np.dtype(dt).itemsize
+        n = nrows * cols
+        if not predicted:
+            rs = cp.random.RandomState(1)
+            nsets = max(1, min(4, (3 * 60 * 2**20) // max(n * s, 1) + 1))
+            xs = [(from_float32(rs.standard_normal((nrows, cols), dtype=cp.float32), dt),) for _ in range(nsets)]
+            ref = reference.softmax(xs[0][0][:2].get(), axis=-1)
+            flush = nsets * n * s < 2 * (env.get("l2_bytes") or 60 * 2**20)
+        for label, method, part, model in METHODS:
+            mm, k = model_method(method, part, model, dt, nrows, cols, None if predicted else xs[0][0])
+            nb = traffic.softmax_bytes(nrows, cols, dt, mm, splits=k)
+            r = {"kernel": "softmax", "method": label, "model": mm, "splits": k, "dtype": dn,
+                 "shape": f"{nrows}x{cols}", "rows": nrows, "cols": cols,
+                 "passes_model": nb / (n * s), "bytes_model": nb}
+            if predicted:
+                r.update(mode="predicted", predicted_for=g.name, ms=gpus.predict_time_s(nb, 0, g) * 1e3)
+            else:
+                r["mode"] = "measured"
+                try:
+                    if part is None:
+                        def f(x, method=method):
+                            return sm.softmax(x, axis=-1, method=method)
+                    else:
+                        def f(x, method=method, part=part):
+                            return sm._softmax_impl(x, -1, sm.OP_SOFTMAX, method, part)
+                    e = bench.errors(f(xs[0][0])[:2], ref)
+                    r.update(max_abs_err=e["max_abs_err"], max_rel_err=e["max_rel_err"])
+                    r["ms"] = bench.time_cuda(f, *xs, warmup=a.warmup, rep=a.rep, flush=flush)["median_ms"]
+                    if use_ncu:
+                        extra = "" if part is None else f", partition={part!r}"
+                        call = (f"sm._softmax_impl(x, -1, sm.OP_SOFTMAX, {method!r}{extra})" if part else
+                                f"sm.softmax(x, axis=-1, method={method!r})")
+                        setup = (f"import importlib, cuflash\nsm = importlib.import_module('cuflash.softmax')\n"
+                                 f"from cuflash._attention_alt import from_float32\n"
+                                 f"x = from_float32(cupy.random.standard_normal(({nrows}, {cols}), "
+                                 f"dtype=cupy.float32), cuflash._dtypes.{dn})\n")
+                        m = ncu.try_measure(call, setup)
+                        r.update(ncu.compare(m["bytes"] if m else None, nb))
+                except Exception as ex:
+                    r["error"] = f"{type(ex).__name__}: {ex}"[:300]
+                    print(f"softmax_passes: {label} {dn} {nrows}x{cols}: {r['error']}")
+                bar.update(1)
+            if r.get("ms"):
+                r["GBps_model"] = nb / (r["ms"] * 1e-3) / 1e9
+                r["GBps_useful"] = 2 * n * s / (r["ms"] * 1e-3) / 1e9   # read x + write y once
+                r["passes_equiv"] = r["ms"] * 1e-3 * copy_gbps * 1e9 / (n * s)
+                r["copy_GBps"] = copy_gbps
+            rows_out.append(r)
+        if not predicted and th is not None:
+            r = {"kernel": "softmax", "method": "torch.softmax", "model": "cached", "dtype": dn,
+                 "shape": f"{nrows}x{cols}", "rows": nrows, "cols": cols, "passes_model": 2.0,
+                 "bytes_model": 2 * n * s, "mode": "measured"}
+            try:
+                ts = [(to_torch(th, x[0]),) for x in xs]
+                r["ms"] = bench.time_cuda(lambda x: th.softmax(x, -1), *ts, warmup=a.warmup, rep=a.rep,
+                                          flush=flush)["median_ms"]
+                r["GBps_useful"] = 2 * n * s / (r["ms"] * 1e-3) / 1e9
+                r["passes_equiv"] = r["ms"] * 1e-3 * copy_gbps * 1e9 / (n * s)
+                r["copy_GBps"] = copy_gbps
+            except Exception as ex:
+                r["error"] = f"{type(ex).__name__}: {ex}"[:300]
+            rows_out.append(r)
+            bar.update(1)
+    if bar:
+        bar.close()
+    # ratio to torch at the same shape (same run)
+    tref = {(r["dtype"], r["shape"]): r.get("ms") for r in rows_out if r["method"] == "torch.softmax"}
+    for r in rows_out:
+        t = tref.get((r["dtype"], r["shape"]))
+        if t and r.get("ms"):
+            r["speed_vs_torch"] = t / r["ms"]
+    name = "softmax_passes_predicted" if predicted else "softmax_passes"
+    meta = {"predicted": predicted, "copy_GBps": copy_gbps, "ncu": use_ncu, "args": vars(a),
+            "gpu_table": g.name if predicted else None,
+            "note": ("PREDICTED: time = modeled bytes / copy bandwidth" if predicted else
+                     "passes_equiv = time x copy GB/s (same run) / (elements x itemsize)")}
+    path = bench.write_results(name, rows_out, meta)
+    label = f"PREDICTED for {g.name} (model, no GPU)" if predicted else f"{env.get('gpu')} (measured)"
+    plot(rows_out, plots / f"{name}.png", label)
+    return path, rows_out
+
+
+def plot(rows, path, label):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dts = list(dict.fromkeys(r["dtype"] for r in rows))
+    fig, axes = plt.subplots(1, max(len(dts), 1), figsize=(6 * max(len(dts), 1), 4.2), squeeze=False)
+    for ax, dn in zip(axes[0], dts):
+        for m in dict.fromkeys(r["method"] for r in rows):
+            rr = [r for r in rows if r["dtype"] == dn and r["method"] == m and r.get("ms")]
+            if not rr:
+                continue
+            y = [r.get("passes_equiv", r["passes_model"]) for r in rr]
+            line, = ax.plot([r["cols"] for r in rr], y, "o-", label=m)
+            if "passes_equiv" in rr[0] and m != "torch.softmax":
+                ax.plot([r["cols"] for r in rr], [r["passes_model"] for r in rr], ":", color=line.get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("row length (cols)")
+        ax.set_ylabel("equivalent passes (time x copy BW / bytes)")
+        ax.set_title(f"{dn}  (dotted: modeled passes)")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Softmax methods: passes over memory vs time — {label}")
+    if "PREDICTED" in label:
+        fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=40, ha="center",
+                 va="center", rotation=15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    plots = output_dirs(a)
+    predicted = a.predict or not bench.has_gpu()
+    if predicted and not a.predict:
+        print(f"softmax_passes: no CUDA device: model with roofline-predicted times for {a.gpu} (PREDICTED)")
+    path, rows = run(a, plots, predicted)
+    cols = [c for c in ("method", "dtype", "shape", "passes_model", "passes_equiv", "ms", "GBps_useful",
+                        "speed_vs_torch", "measured_over_modeled", "max_abs_err") if any(c in r for r in rows)]
+    print(bench.table(rows, cols))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,477 @@
+"""The Hopper (sm_90a, wgmma) attention forward against a float64 reference, by the FlashAttention rule.
+
+Rule: max |out - ref64| <= 2 * max |base - ref64| + 1e-5, ``base`` a straightforward same-precision
+implementation (scores and P rounded to the input dtype, fp32 matmul accumulation). Every case prints the
+kernel's and the baseline's max / mean error before asserting. The float64 reference runs on the GPU with CuPy
+(checked against :func:`cuflash.reference.attention` on small cases) so that 2048 x 2048 stays fast.
+GPU tests need compute capability 9.0 (H100 / H200); they skip elsewhere.
+
+Every kernel variant ("ws": warp-specialised + ping-pong, "ws_nopp", "simple") runs the same cases. Before the
+first GPU test, each instantiation is compiled and launched on a few shapes in its own subprocess, all in
+parallel (``_attention_sm90.self_check``, a canary): it fills CuPy's kernel cache, and a variant that hangs (a
+barrier deadlock) or crashes (an illegal address poisons the CUDA context) fails its tests with the canary's
+message instead of taking the whole session down.
+"""
+import math
+import os
+
+import numpy as np
+import pytest
+
+from cuflash import _attention_sm90 as S90
+from cuflash import _dtypes, reference
+from cuflash._attn_common import prepare
+
+F16, BF16 = _dtypes.float16, _dtypes.bfloat16
+DTYPES = [F16, BF16]
+SHAPES = [(1, 1), (1, 239), (113, 203), (127, 513), (1023, 1024), (1024, 1023), (192, 192), (2048, 2048)]
+MASKS = {"none": (False, (-1, -1)), "causal": (True, (-1, -1)), "local": (False, (77, 13))}
+
+
+def _is_sm90():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0 and cupy.cuda.Device(0).compute_capability == "90"
+    except Exception:
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ canary
+_CANARY: dict = {}
+
+
+def _run_canaries():
+    """Compile + launch every instantiation in parallel subprocesses (S90.self_check); cached per session."""
+    if not _CANARY:
+        try:
+            _CANARY.update(S90.self_check())
+        except Exception as e:  # the check itself could not run: test in-process, unprotected
+            print(f"sm90 self-check could not run: {e!r}")
+            _CANARY["ran"] = None
+        print("sm90 canaries:", {k: ("ok" if v is None else v[:200]) for k, v in _CANARY.items()})
+    return _CANARY
+
+
+def require(dtype, head_dim, variant, block_sizes=None, pv_n=None):
+    """Fail (without launching) when the canary of this configuration hung or crashed."""
+    d = S90.kernel_head_dim(head_dim)
+    if block_sizes is None:
+        br, bc, pv = S90.TILES[(variant, d)][0]
+    else:
+        br, bc = block_sizes
+        pv = pv_n if pv_n is not None else next((c[2] for c in S90.TILES[(variant, d)] if c[:2] == (br, bc)), 64)
+    msg = _run_canaries().get(S90.config_key(dtype, d, variant, br, bc, pv))
+    if msg:
+        pytest.fail(f"{variant} {np.dtype(dtype).name} d{d} ({br}, {bc}, {pv}): {msg}")
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _mask(xp, sq, sk, causal, window):
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    i = xp.arange(sq)[:, None] + (sk - sq)
+    j = xp.arange(sk)[None, :]
+    ok = xp.ones((sq, sk), dtype=bool)
+    if right >= 0:
+        ok &= j <= i + right
+    if left >= 0:
+        ok &= j >= i - left
+    return ok
+
+
+def ref64(q, k, v, causal=False, scale=None, window=(-1, -1)):
+    """float64 attention on the GPU: (out, lse); out 0 and lse -inf for rows that see no key."""
+    import cupy as cp
+
+    q, k, v = (a.astype(cp.float64) for a in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = cp.repeat(k, g, axis=1), cp.repeat(v, g, axis=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = cp.matmul(q, k.swapaxes(-1, -2)) * scale
+    s = cp.where(_mask(cp, q.shape[2], k.shape[2], causal, window), s, -cp.inf)
+    m = s.max(-1, keepdims=True)
+    ms = cp.where(cp.isneginf(m), 0.0, m)
+    p = cp.exp(s - ms)
+    l = p.sum(-1, keepdims=True)
+    out = cp.matmul(p, v) / cp.where(l == 0, 1.0, l)
+    lse = cp.where(l[..., 0] == 0, -cp.inf, ms[..., 0] + cp.log(cp.where(l == 0, 1.0, l))[..., 0])
+    return cp.where(l == 0, 0.0, out), lse
+
+
+def _round(x, dt):
+    return x.astype(dt).astype(np.float32)
+
+
+def baseline(q, k, v, causal=False, scale=None, window=(-1, -1)):
+    """Same-precision straightforward attention: S and P rounded to the input dtype, fp32 accumulation."""
+    import cupy as cp
+
+    dt = q.dtype
+    qf, kf, vf = (a.astype(cp.float32) for a in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    kf, vf = cp.repeat(kf, g, axis=1), cp.repeat(vf, g, axis=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = _round(cp.matmul(qf, kf.swapaxes(-1, -2)), dt) * np.float32(scale)
+    s = cp.where(_mask(cp, q.shape[2], k.shape[2], causal, window), s, -cp.inf)
+    m = s.max(-1, keepdims=True)
+    ms = cp.where(cp.isneginf(m), 0.0, m)
+    p = cp.exp(s - ms)
+    l = p.sum(-1, keepdims=True)
+    p = _round(p / cp.where(l == 0, 1.0, l), dt)
+    return _round(cp.matmul(p, vf), dt)
+
+
+def randn(cp, rng, shape, dt, scale=1.0):
+    return cp.asarray((rng.standard_normal(shape) * scale).astype(np.float32)).astype(dt)
+
+
+def run(q, k, v, causal=False, scale=None, window=(-1, -1), variant=None, **kw):
+    variant = variant or S90.DEFAULT_VARIANT
+    require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"))
+    p = prepare(q, k, v, causal=causal, softmax_scale=scale, window_size=window)
+    assert S90.supports(p)
+    return S90.forward(p, return_lse=True, variant=variant, **kw)
+
+
+def check(q, k, v, causal=False, scale=None, window=(-1, -1), what="", variant=None, **kw):
+    """Run the sm90 kernel, compare with the float64 reference and the same-precision baseline."""
+    import cupy as cp
+
+    variant = variant or S90.DEFAULT_VARIANT
+    what = f"[{variant}] {what}"
+    out, lse = run(q, k, v, causal, scale, window, variant=variant, **kw)
+    assert out.shape == q.shape and out.dtype == q.dtype and out.flags.c_contiguous
+    assert lse.shape == q.shape[:3] and lse.dtype == np.float32
+    ro, rl = ref64(q, k, v, causal, scale, window)
+    bo = baseline(q, k, v, causal, scale, window)
+    o64 = out.astype(cp.float64)
+    n_nan = int(cp.isnan(o64).sum())
+    err = cp.abs(o64 - ro)
+    berr = cp.abs(bo.astype(cp.float64) - ro)
+    e_max, e_mean, b_max, b_mean = (float(x) for x in (err.max(), err.mean(), berr.max(), berr.mean()))
+    print(f"{what}: kernel max {e_max:.3e} mean {e_mean:.3e} | baseline max {b_max:.3e} mean {b_mean:.3e}"
+          f" | NaN {n_nan}")
+    assert n_nan == 0, f"{what}: {n_nan} NaN in output"
+    assert e_max <= 2 * b_max + 1e-5, f"{what}: max error {e_max:.3e} > 2 x baseline {b_max:.3e} + 1e-5"
+    inf_k, inf_r = cp.isneginf(lse), cp.isneginf(rl)
+    assert bool(cp.all(inf_k == inf_r)), f"{what}: {int((inf_k != inf_r).sum())} rows differ in lse == -inf"
+    fin = cp.isfinite(rl)
+    le = float(cp.abs(cp.where(fin, lse.astype(cp.float64) - rl, 0.0)).max())
+    tol = 2e-2 * max(1.0, float(cp.abs(cp.where(fin, rl, 0.0)).max()))
+    print(f"{what}: lse max error {le:.3e} (tol {tol:.3e})")
+    assert le <= tol, f"{what}: lse error {le:.3e} > {tol:.3e}"
+    return out, lse
+
+
+# ------------------------------------------------------------------------------------------------ CPU tests
+def test_configurations_fit_h200_shared_memory():
+    for (dt, d, var, br, bc, pv) in S90.configurations():
+        assert S90.smem_bytes(var, d, br, bc) <= 227 * 1024, (dt, d, var, br, bc)
+        assert br % 64 == 0 and S90.threads(var, br) <= 1024
+        name = S90.kernel_name(dt, d, var, br, bc, pv)
+        assert f"<{_dtypes.ctype(dt)}, {d}, {br // 64}, {bc}, {pv}" in name, name
+
+
+def test_declared_with_sm90a():
+    from cuflash import _compile
+
+    decl = [e for e in _compile.declared() if e[0] == S90.SOURCE]
+    assert len(decl) == len(S90.configurations())
+    assert all(e[2] == S90.ARCH_OPTIONS for e in decl)
+
+
+def test_kernel_head_dim_and_choices():
+    assert [S90.kernel_head_dim(d) for d in (1, 32, 64, 65, 96, 128)] == [64, 64, 64, 128, 128, 128]
+    with pytest.raises(ValueError):
+        S90.kernel_head_dim(129)
+
+    class P:  # the fields choose() reads
+        head_dim, dtype = 128, np.dtype(BF16)
+
+    assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
+    assert S90.choose(P(), (128, 128), 128, "simple") == ("simple", 128, 128, 128)
+    for bad in (dict(variant="fa9"), dict(block_sizes=(64, 64), variant="simple"), dict(pv_n=128, variant="ws_nopp")):
+        with pytest.raises(ValueError):
+            S90.choose(P(), **bad)
+
+
+@pytest.mark.skipif(os.environ.get("CUFLASH_SKIP_SLOW_COMPILE") == "1", reason="compile check disabled")
+def test_default_instantiations_compile_to_hgmma_without_spills():
+    """ptxas: no spills; the cubin holds the wgmma (PTX) of both GEMMs. (SASS HGMMA counts: the benchmark.)"""
+    nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from cuflash import _compile
+
+    try:
+        nvrtc.getVersion()
+    except Exception:
+        pytest.skip("libnvrtc not available")
+    for var in S90.VARIANTS:
+        d = 128
+        br, bc, pv = S90.TILES[(var, d)][0]
+        name = S90.kernel_name(BF16, d, var, br, bc, pv)
+        rep = _compile.compile_offline(S90.SOURCE, name, arch="90a", extra_options=S90.ARCH_OPTIONS)
+        print(name, {k: rep[k] for k in ("registers", "stack", "spill_stores", "spill_loads")})
+        assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack"] == 0, name
+        assert "C7508" not in rep["log"] and "C7510" not in rep["log"] and "C7512" not in rep["log"], rep["log"]
+
+
+def test_gpu_reference_matches_cpu_reference(rng):
+    cp = pytest.importorskip("cupy")
+    if not _is_sm90():
+        pytest.skip("GPU reference check runs with the GPU tests")
+    q = rng.standard_normal((1, 2, 37, 16))
+    k = rng.standard_normal((1, 1, 53, 16))
+    v = rng.standard_normal((1, 1, 53, 16))
+    for causal, window in MASKS.values():
+        o, l = ref64(cp.asarray(q), cp.asarray(k), cp.asarray(v), causal, None, window)
+        ro, rl = reference.attention(q, k, v, causal=causal, window_size=window)
+        np.testing.assert_allclose(cp.asnumpy(o), ro, rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(np.isneginf(cp.asnumpy(l)), np.isneginf(rl))
+
+
+# ------------------------------------------------------------------------------------------------ GPU tests
+VARS = list(S90.VARIANTS)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("sq,sk", SHAPES)
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_tails_and_masks(cp, rng, variant, dtype, head_dim, mask, sq, sk):
+    """attn-tails: irregular (seqlen_q, seqlen_k), causal / local / none, head_dim 64 and 128."""
+    if variant != S90.DEFAULT_VARIANT and dtype != BF16:
+        pytest.skip("non-default variants: bfloat16 only here (test_every_configuration covers float16)")
+    causal, window = MASKS[mask]
+    b, h = (1, 2) if sq >= 2048 else (2, 3)
+    q = randn(cp, rng, (b, h, sq, head_dim), dtype)
+    k = randn(cp, rng, (b, h, sk, head_dim), dtype)
+    v = randn(cp, rng, (b, h, sk, head_dim), dtype)
+    check(q, k, v, causal, None, window, what=f"{dtype} d{head_dim} {mask} {sq}x{sk}", variant=variant)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("hq,hkv", [(6, 2), (4, 1)])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_gqa(cp, rng, variant, dtype, head_dim, hq, hkv, mask):
+    causal, window = MASKS[mask]
+    q = randn(cp, rng, (2, hq, 301, head_dim), dtype)
+    k = randn(cp, rng, (2, hkv, 517, head_dim), dtype)
+    v = randn(cp, rng, (2, hkv, 517, head_dim), dtype)
+    check(q, k, v, causal, None, window, what=f"gqa {hq}/{hkv} {dtype} d{head_dim} {mask}", variant=variant)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_every_configuration(cp, rng, mask):
+    """Every instantiated (variant, Br, Bc, pv_n), both dtypes, on a tail shape."""
+    causal, window = MASKS[mask]
+    for (dt, d, var, br, bc, pv) in S90.configurations():
+        q = randn(cp, rng, (1, 2, 333, d), dt)
+        k = randn(cp, rng, (1, 2, 401, d), dt)
+        v = randn(cp, rng, (1, 2, 401, d), dt)
+        check(q, k, v, causal, None, window, what=f"{dt} d{d} Br{br} Bc{bc} pv{pv} {mask}", variant=var,
+              block_sizes=(br, bc), pv_n=pv)
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 80, 96])
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_padded_head_dims(cp, rng, variant, head_dim):
+    q = randn(cp, rng, (1, 2, 200, head_dim), BF16)
+    k = randn(cp, rng, (1, 2, 250, head_dim), BF16)
+    v = randn(cp, rng, (1, 2, 250, head_dim), BF16)
+    check(q, k, v, True, None, (-1, -1), what=f"padded d{head_dim}", variant=variant)
+
+
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_strided_bshd_view_and_scale(cp, rng, variant):
+    x = randn(cp, rng, (2, 300, 4, 128), F16)       # (batch, seqlen, heads, head_dim)
+    kv = randn(cp, rng, (2, 280, 2, 2, 128), F16)   # packed k, v
+    q = x.transpose(0, 2, 1, 3)
+    k = kv[:, :, 0].transpose(0, 2, 1, 3)
+    v = kv[:, :, 1].transpose(0, 2, 1, 3)
+    check(q, k, v, True, 0.3, (-1, -1), what="strided view, scale 0.3", variant=variant)
+
+
+@pytest.mark.parametrize("scale", [-0.2, 0.0, 1e-3, 2.5])
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_softmax_scale_values(cp, rng, variant, scale):
+    """The kernels fold a positive scale into the exponent; negative and zero scales go through the wrapper."""
+    q = randn(cp, rng, (1, 2, 190, 64), BF16)
+    k = randn(cp, rng, (1, 2, 210, 64), BF16)
+    v = randn(cp, rng, (1, 2, 210, 64), BF16)
+    check(q, k, v, True, scale, (-1, -1), what=f"scale {scale}", variant=variant)
+
+
+# ---- handed cases (shared/cases/attention.json) ----
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_case_causal_sq_gt_sk(cp, rng, variant, dtype):
+    """attn-causal-sq-gt-sk: rows 0..2 see no key -> exactly 0 and lse -inf; rows 3, 4 match."""
+    q = randn(cp, rng, (1, 1, 5, 64), dtype)
+    k = randn(cp, rng, (1, 1, 2, 64), dtype)
+    v = randn(cp, rng, (1, 1, 2, 64), dtype)
+    out, lse = check(q, k, v, True, what=f"case sq>sk {dtype}", variant=variant)
+    assert bool(cp.all(out[0, 0, :3] == 0))
+    assert bool(cp.all(cp.isneginf(lse[0, 0, :3]))) and bool(cp.all(cp.isfinite(lse[0, 0, 3:])))
+
+
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_case_causal_sq_lt_sk(cp, rng, variant):
+    """attn-causal-sq-lt-sk: query 0 sees keys 0..3, query 1 keys 0..4 (bottom-right)."""
+    q = randn(cp, rng, (1, 2, 2, 64), BF16)
+    k = randn(cp, rng, (1, 2, 5, 64), BF16)
+    v = randn(cp, rng, (1, 2, 5, 64), BF16)
+    out, _ = check(q, k, v, True, what="case sq<sk", variant=variant)
+    # row 0 must not depend on key 4: change it, row 0 stays bitwise, row 1 changes
+    k2 = k.copy()
+    k2[:, :, 4] = randn(cp, rng, (1, 2, 64), BF16, 3.0)
+    out2, _ = run(q, k2, v, True, variant=variant)
+    assert bool(cp.all(out2[:, :, 0] == out[:, :, 0])) and not bool(cp.all(out2[:, :, 1] == out[:, :, 1]))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_case_large_logits(cp, rng, variant, head_dim):
+    """attn-large-logits: q, k ~ N(0, 40^2): scores in the thousands, finite output."""
+    q = randn(cp, rng, (1, 1, 256, head_dim), BF16, 40.0)
+    k = randn(cp, rng, (1, 1, 256, head_dim), BF16, 40.0)
+    v = randn(cp, rng, (1, 1, 256, head_dim), BF16)
+    out, lse = check(q, k, v, False, what=f"case large logits d{head_dim}", variant=variant)
+    assert bool(cp.isfinite(out.astype(cp.float32)).all()) and bool(cp.isfinite(lse).all())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_case_deterministic(cp, rng, variant, dtype):
+    """attn-deterministic-forward: (2, 8, 1000, 128), out and lse bitwise identical over 20 calls."""
+    q = randn(cp, rng, (2, 8, 1000, 128), dtype)
+    k = randn(cp, rng, (2, 8, 1000, 128), dtype)
+    v = randn(cp, rng, (2, 8, 1000, 128), dtype)
+    for causal in (False, True):
+        o0, l0 = run(q, k, v, causal, variant=variant)
+        for _ in range(19):
+            o, l = run(q, k, v, causal, variant=variant)
+            assert bool(cp.all(o.view(cp.uint16) == o0.view(cp.uint16))), "output changed between calls"
+            assert bool(cp.all(l.view(cp.uint32) == l0.view(cp.uint32))), "lse changed between calls"
+    check(q, k, v, True, what=f"case deterministic {dtype}", variant=variant)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_extreme_inputs(cp, rng, variant, dtype):
+    shape = (1, 2, 150, 64)
+    # huge +/- values in q (scores far beyond exp's range before the max is subtracted)
+    q = randn(cp, rng, shape, dtype, 100.0)
+    k = randn(cp, rng, shape, dtype, 1.0)
+    v = randn(cp, rng, shape, dtype)
+    check(q, k, v, False, what=f"extreme huge q {dtype}", variant=variant)
+    # all-equal scores: causal rows average their visible v rows; non-causal rows all equal the mean of v
+    qe = cp.full(shape, 0.5, dtype=dtype)
+    ke = cp.full(shape, -0.25, dtype=dtype)
+    check(qe, ke, v, True, what=f"extreme all-equal {dtype}", variant=variant)
+    out, _ = run(qe, ke, v, False, variant=variant)
+    mean = v.astype(cp.float64).mean(axis=2, keepdims=True)
+    assert float(cp.abs(out.astype(cp.float64) - mean).max()) < 2e-2
+    # NaN in one key of head 0: that head's rows turn NaN (propagated, not hidden); head 1 is unaffected
+    kn = k.copy()
+    kn[0, 0, 3, 0] = cp.nan
+    o_nan, _ = run(q, kn, v, False, variant=variant)
+    assert bool(cp.isnan(o_nan[0, 0].astype(cp.float32)).any())
+    assert not bool(cp.isnan(o_nan[0, 1].astype(cp.float32)).any())
+
+
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_one_element_fully_masked_and_empty(cp, rng, variant):
+    q = randn(cp, rng, (1, 1, 1, 64), F16)
+    k = randn(cp, rng, (1, 1, 1, 64), F16)
+    v = randn(cp, rng, (1, 1, 1, 64), F16)
+    check(q, k, v, True, what="one element", variant=variant)
+    # window (0, 0) with seqlen_q > seqlen_k: the first 570 rows see nothing (whole Q tiles without a K tile)
+    q = randn(cp, rng, (1, 2, 700, 128), BF16)
+    k = randn(cp, rng, (1, 2, 130, 128), BF16)
+    v = randn(cp, rng, (1, 2, 130, 128), BF16)
+    out, lse = check(q, k, v, False, None, (0, 0), what="window (0,0) sq>sk", variant=variant)
+    assert bool(cp.all(out[:, :, :570] == 0)) and bool(cp.all(cp.isneginf(lse[:, :, :570])))
+    # empty key set: every row 0, lse -inf
+    ke = cp.empty((1, 2, 0, 128), dtype=BF16)
+    out, lse = run(q, ke, ke, False, variant=variant)
+    assert bool(cp.all(out == 0)) and bool(cp.all(cp.isneginf(lse)))
+
+
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_variants_agree_with_fa2_forward(cp, rng, variant):
+    """Same problem through the FA-2 forward (mma.sync): close to each other."""
+    from cuflash.attention import attention
+
+    q = randn(cp, rng, (2, 4, 777, 128), BF16)
+    k = randn(cp, rng, (2, 2, 901, 128), BF16)
+    v = randn(cp, rng, (2, 2, 901, 128), BF16)
+    o90, l90 = run(q, k, v, True, variant=variant)
+    o80, l80 = attention(q, k, v, causal=True, return_lse=True, schedule="fa2")
+    d = float(cp.abs(o90.astype(cp.float32) - o80.astype(cp.float32)).max())
+    dl = float(cp.abs(l90 - l80).max())
+    print(f"[{variant}] vs fa2: out max diff {d:.3e}, lse max diff {dl:.3e}")
+    assert d < 2e-2 and dl < 1e-3
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("variant", VARS)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_diagnose_operand_paths(cp, rng, variant, head_dim):
+    """Separates the two GEMM paths, so a layout error says which one it is.
+
+    (a) V path alone: q = 0 -> every score 0 -> P uniform -> each output row is the column mean of V
+        (exercises the V descriptor / MN-major transpose and the P register operand with constant P).
+    (b) S path: V = a permutation matrix (head_dim keys) -> out = P permuted -> compares the probabilities
+        (exercises the Q and K descriptors, the accumulator layout, and P as the A operand).
+    """
+    d = head_dim
+    k = randn(cp, rng, (1, 1, 200, d), BF16)
+    v = randn(cp, rng, (1, 1, 200, d), BF16)
+    q0 = cp.zeros((1, 1, 130, d), dtype=BF16)
+    out, _ = run(q0, k, v, False, variant=variant)
+    mean = v.astype(cp.float64).mean(axis=2, keepdims=True)
+    e_v = float(cp.abs(out.astype(cp.float64) - mean).max())
+    perm = rng.permutation(d)
+    vp = cp.zeros((1, 1, d, d), dtype=np.float32)
+    vp[0, 0, cp.arange(d), cp.asarray(perm)] = 1.0
+    vp = vp.astype(BF16)
+    q = randn(cp, rng, (1, 1, 130, d), BF16)
+    kp = randn(cp, rng, (1, 1, d, d), BF16)
+    out2, _ = run(q, kp, vp, False, variant=variant)
+    ro, _ = ref64(q, kp, vp)
+    e_s = float(cp.abs(out2.astype(cp.float64) - ro).max())
+    print(f"[{variant}] d{d}: V-path error {e_v:.3e} (q = 0), S-path error {e_s:.3e} (V = permutation)")
+    assert e_v < 1e-2, f"V path (MN-major V descriptor / P operand) wrong: {e_v:.3e}"
+    assert e_s < 1e-2, f"S path (Q/K descriptors, accumulator layout) wrong: {e_s:.3e}"

@@ -1,0 +1,111 @@
+"""The report and the predicted-mode (no GPU) sweeps: run on the CPU into a temporary folder (``--out``), so
+committed results are never overwritten; plus the ncu CSV parser and the measured/modeled comparison."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from cuflash import ncu
+
+EXP = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(f"_cuflash_test_{name}", EXP / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def _restore_results_dir():
+    from cuflash import bench
+
+    saved = bench.RESULTS, bench.PLOTS
+    yield
+    bench.RESULTS, bench.PLOTS = saved
+
+
+@pytest.mark.parametrize("name,stem", [("fig2", "fig2_predicted"), ("softmax_passes", "softmax_passes_predicted"),
+                                       ("norm_fusion", "norm_fusion_predicted"), ("roofline", "roofline_predicted")])
+def test_predicted_sweeps(tmp_path, name, stem):
+    rc = _script(name).main(["--predict", "--quick", "--gpu", "H200", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert doc["meta"]["predicted"] is True
+    assert doc["rows"] and all(r["mode"] == "predicted" for r in doc["rows"])
+    assert all(r.get("ms", 0) > 0 or r.get("fwd_ms", 0) > 0 for r in doc["rows"])
+    assert doc["environment"]["command"]
+    assert (tmp_path / "plots" / f"{stem}.png").stat().st_size > 1000
+    assert (tmp_path / f"{stem}.csv").is_file()
+
+
+def test_fig2_predicted_shape_of_the_result(tmp_path):
+    _script("fig2").main(["--predict", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "fig2_predicted.json").read_text())["rows"]
+    a = {r["impl"]: r for r in rows if r["figure"] == "2a"}
+    assert a["cuflash standard"]["hbm_gb_model"] > a["cuflash fa1"]["hbm_gb_model"] > a["cuflash fa2"]["hbm_gb_model"]
+    b = [r["hbm_gb_model"] for r in rows if r["figure"] == "2b"]
+    assert b == sorted(b, reverse=True)
+
+
+def test_report_reads_whatever_exists(tmp_path):
+    res = tmp_path / "results"
+    _script("fig2").main(["--predict", "--quick", "--out", str(res), "--plots", str(tmp_path / "plots")])
+    _script("norm_fusion").main(["--predict", "--quick", "--out", str(res), "--plots", str(tmp_path / "plots")])
+    (res / "broken.json").write_text("{not json")
+    (res / "other_kind.json").write_text(json.dumps({"rows": [{"foo": 1, "bar": "x"}]}))
+    (res / "gpu_tests.json").write_text(json.dumps({"environment": {"gpu": "NVIDIA H200", "commit": "abc"},
+                                                    "counts": {"passed": 3, "failed": 1, "skipped": 0},
+                                                    "failed": ["tests/test_x.py::t"]}))
+    out = tmp_path / "REPORT.md"
+    rc = _script("report").main(["--results", str(res), "--plots", str(tmp_path / "plots"), "--out", str(out)])
+    assert rc == 0
+    text = out.read_text()
+    print(text[:1500])
+    assert "The table every kernel is judged by" in text
+    assert "PREDICTED" in text
+    assert "FlashAttention Fig. 2" in text and "Fused residual + norm" in text
+    assert "![fig2_predicted](plots/fig2_predicted.png)" in text
+    assert "broken.json" in text and "other kind" in text
+    assert "GPU test records" in text and "tests/test_x.py::t" in text
+
+
+def test_report_on_missing_folder(tmp_path):
+    out = tmp_path / "R.md"
+    assert _script("report").main(["--results", str(tmp_path / "nope"), "--plots", str(tmp_path / "nope"),
+                                   "--out", str(out)]) == 0
+    assert "No results" in out.read_text()
+
+
+def test_cli_report(tmp_path):
+    from cuflash import cli
+
+    out = tmp_path / "R.md"
+    assert cli.main(["report", "--results", str(tmp_path), "--plots", str(tmp_path), "--out", str(out)]) == 0
+    assert out.is_file()
+
+
+NCU_CSV = '''==PROF== Connected to process 1
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","python3","h","fa1_step","1","7","(256, 1, 1)","(1024, 16, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","268,435,456"
+"0","1","python3","h","fa1_step","1","7","(256, 1, 1)","(1024, 16, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","Mbyte","2.5"
+"1","1","python3","h","fa1_step","1","7","(256, 1, 1)","(1024, 16, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Kbyte","1.5"
+"1","1","python3","h","fa1_step","1","7","(256, 1, 1)","(1024, 16, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","0"
+'''
+
+
+def test_ncu_csv_and_compare():
+    rows = ncu.parse_csv(NCU_CSV)
+    assert [r["id"] for r in rows] == [0, 1]
+    assert rows[0]["read_bytes"] == 268435456 and rows[0]["write_bytes"] == 2.5e6
+    assert rows[1]["read_bytes"] == 1500
+    assert ncu.parse_csv("no profile output") == []
+    c = ncu.compare(80.0, 100)
+    assert c["measured_over_modeled"] == pytest.approx(0.8) and "L2" in c["model_note"]
+    assert ncu.compare(105.0, 100)["model_note"] == ""
+    assert ncu.compare(None, 100)["measured_over_modeled"] is None
+    s = ncu._script("x = 1", "y = x + 1\nz = y", 3)
+    compile(s, "region", "exec")
+    assert "_prof.start()" in s and "range(3)" in s

@@ -1,0 +1,144 @@
+"""CPU tests of the HBM traffic models (cuflash/traffic.py) against hand-computed counts, the FlashAttention
+paper's Theorem 2 scaling, and the GPU tables (cuflash/gpus.py)."""
+import math
+
+import numpy as np
+import pytest
+
+from cuflash import gpus, traffic
+
+
+@pytest.mark.parametrize("method,passes", [("naive", 3), ("safe", 4), ("online", 3), ("cached", 2)])
+@pytest.mark.parametrize("dtype,s", [("float32", 4), ("bfloat16", 2), (np.float16, 2)])
+def test_softmax_passes(method, passes, dtype, s):
+    rows, cols = 37, 1823
+    assert traffic.softmax_bytes(rows, cols, dtype, method) == passes * rows * cols * s
+
+
+def test_softmax_split_workspace():
+    rows, cols, k = 8, 1 << 20, 16
+    # chunks on chip: read x once, write y once (float32), write 8*16 (m, l) pairs, every chunk reads all 16
+    expect = 2 * rows * cols * 4 + rows * k * 8 + rows * k * k * 8
+    assert traffic.softmax_bytes(rows, cols, "float32", "split", splits=k) == expect
+    assert traffic.softmax_method("three_pass") == "safe"
+    with pytest.raises(ValueError):
+        traffic.softmax_method("magic")
+
+
+def test_norm_bytes():
+    rows, h = 1000, 1024
+    n = rows * h
+    assert traffic.norm_bytes(rows, h, "float32", "rms", weight=False) == 2 * n * 4
+    assert traffic.norm_bytes(rows, h, "bfloat16", "layer") == 2 * n * 2 + 2 * h * 2          # weight + bias
+    assert traffic.norm_bytes(rows, h, "bfloat16", "rms", residual=True) == 4 * n * 2 + h * 2
+    assert traffic.norm_bytes(rows, h, "bfloat16", "rms", residual=True, fused=False) == 5 * n * 2 + h * 2
+    assert traffic.norm_bytes(rows, h, "float32", "layer", weight=False, bias=False, save_stats=True) == \
+        2 * n * 4 + rows * 8
+
+
+def test_standard_is_paper_algorithm0():
+    """Algorithm 0: read Q, K, V, write O (4 N d) + write S, read S, write P, read P (4 N^2), per head."""
+    B, H, N, d = 2, 3, 1000, 64
+    got = traffic.attention_bytes("standard", B, H, N, N, d, None, None, "float16", False, score_dtype="float16")
+    assert got == B * H * (4 * N * d * 2 + 4 * N * N * 2)
+    # cuflash's standard keeps S and P in float32; a mask adds a read + write of S; lse one more read of S
+    f32 = traffic.attention_bytes("standard", B, H, N, N, d, None, None, "float16", False)
+    assert f32 == B * H * (4 * N * d * 2 + 4 * N * N * 4)
+    c = traffic.attention_bytes("standard", B, H, N, N, d, None, None, "float16", True, return_lse=True)
+    assert c == f32 + B * H * (3 * N * N * 4 + 4 * N)
+    # GQA: K and V read once per KV head
+    g = traffic.attention_bytes("standard", B, 4, N, N, d, None, None, "float16", False, heads_kv=1)
+    full = traffic.attention_bytes("standard", B, 4, N, N, d, None, None, "float16", False)
+    assert full - g == B * 3 * 2 * N * d * 2
+
+
+def test_standard_quadratic_term():
+    """Theta(N d + N^2): doubling N with d fixed multiplies the bytes by ~4 at large N."""
+    a = traffic.attention_bytes("standard", 1, 1, 8192, 8192, 64, None, None, "bfloat16", False)
+    b = traffic.attention_bytes("standard", 1, 1, 16384, 16384, 64, None, None, "bfloat16", False)
+    assert 3.9 < b / a <= 4.0
+
+
+def test_fa1_hand_count():
+    B, H, N, d, Br, Bc, s = 2, 2, 1000, 64, 64, 128, 2
+    Tc = math.ceil(N / Bc)
+    expect = (2 * N * d * s                        # K, V once
+              + Tc * N * d * s                     # Q_i re-read every outer step
+              + 2 * (Tc - 1) * N * (d + 2) * 4     # O_i, m_i, l_i read + written back (float32) between steps
+              + N * (d * s + 4))                   # output and lse on the last step
+    assert traffic.attention_bytes("fa1", B, H, N, N, d, Br, Bc, "float16", False) == B * H * expect
+
+
+def test_fa2_hand_count():
+    B, H, N, d, Br, Bc, s = 1, 4, 1000, 128, 128, 64, 2
+    Tr = math.ceil(N / Br)
+    expect = 2 * N * d * s + 4 * N + Tr * 2 * N * d * s
+    assert traffic.attention_bytes("fa2", B, H, N, N, d, Br, Bc, "bfloat16", False) == B * H * expect
+    # Bc does not enter the FA-2 count
+    assert traffic.attention_bytes("fa2", B, H, N, N, d, Br, 32, "bfloat16", False) == B * H * expect
+
+
+def test_causal_halves_the_tiled_kv_traffic():
+    N, d = 16384, 128
+    full = traffic.attention_bytes("fa2", 1, 1, N, N, d, 128, 64, "bfloat16", False)
+    causal = traffic.attention_bytes("fa2", 1, 1, N, N, d, 128, 64, "bfloat16", True)
+    assert 0.49 < causal / full < 0.53
+    f1 = traffic.attention_bytes("fa1", 1, 1, N, N, d, 64, 64, "bfloat16", False)
+    c1 = traffic.attention_bytes("fa1", 1, 1, N, N, d, 64, 64, "bfloat16", True)
+    assert 0.49 < c1 / f1 < 0.53
+
+
+def test_theorem2_scaling():
+    """FlashAttention's HBM accesses are Theta(N^2 d^2 / M) with the paper's tiles Bc = ceil(M / 4d),
+    Br = min(Bc, d): the model over N^2 d^2 / M is ~constant in N and in M, and far below standard's N^2."""
+    d = 64
+    ratios = []
+    for M, N in [(16384, 8192), (16384, 16384), (32768, 16384), (8192, 16384)]:
+        br, bc = traffic.fa1_block_sizes_for_sram(M, d)
+        elems = traffic.attention_bytes("fa1", 1, 1, N, N, d, br, bc, "float32", False) / 4
+        ratios.append(elems / traffic.theorem2_accesses("fa1", N, d, M))
+    print("model / (N^2 d^2 / M):", ratios)
+    assert max(ratios) / min(ratios) < 1.35
+    N, M = 16384, 100 * 1024 // 4
+    br, bc = traffic.fa1_block_sizes_for_sram(M, d)
+    std = traffic.attention_bytes("standard", 1, 1, N, N, d, None, None, "float32", False, score_dtype="float32")
+    fa1 = traffic.attention_bytes("fa1", 1, 1, N, N, d, br, bc, "float32", False)
+    assert std / fa1 > 1.5     # ~ 4 Bc / (3 d) with float32 O round trips
+    assert traffic.theorem2_accesses("standard", N, d, M) == N * d + N * N
+
+
+def test_fa1_bytes_fall_with_block_size():
+    """Fig. 2 (right) of the paper: HBM accesses fall as the block grows."""
+    vals = [traffic.attention_bytes("fa1", 64, 16, 1024, 1024, 64, 64, bc, "float16", False)
+            for bc in (16, 32, 64, 128, 256)]
+    assert all(a > b for a, b in zip(vals, vals[1:]))
+
+
+def test_visible_pairs_and_flops():
+    assert traffic.visible_pairs(5, 5, causal=True) == 15
+    assert traffic.visible_pairs(5, 2, causal=True) == 3          # bottom-right: rows 3, 4 see 1 and 2 keys
+    assert traffic.visible_pairs(2, 5, causal=True) == 4 + 5
+    assert traffic.visible_pairs(6, 6, window=(1, 1)) == 16
+    f = traffic.attention_flops(64, 16, 1024, 1024, 64)
+    assert f == 4 * 64 * 16 * 1024 * 1024 * 64
+    assert traffic.attention_flops(64, 16, 1024, 1024, 64, backward=True, schedule="standard") == 3 * f
+    assert traffic.attention_flops(64, 16, 1024, 1024, 64, causal=True) == f // 2
+
+
+def test_bad_schedule():
+    with pytest.raises(ValueError):
+        traffic.attention_bytes("fa3", 1, 1, 8, 8, 8, 8, 8, "float16", False)
+    with pytest.raises(ValueError):
+        traffic.attention_bytes("fa1", 1, 1, 8, 8, 8, None, None, "float16", False)
+
+
+def test_gpu_tables():
+    h200 = gpus.get("NVIDIA H200")
+    assert h200.copy_GBps() == 4108.0 and h200.matmul_TFLOPs("bfloat16") == 752.0
+    assert gpus.get("H100").hbm_GBps == 3350.0 and gpus.get("A100").sms == 108
+    assert h200.matmul_TFLOPs("float32") == h200.fp32_TFLOPs
+    t = gpus.predict_time_s(4108e9, 0, "H200")
+    assert abs(t - 1.0) < 1e-9
+    assert gpus.predict_time_s(0, 752e12, "H200") == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        gpus.get("Voodoo2")
