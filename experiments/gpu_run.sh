@@ -18,13 +18,18 @@ CUFLASH_GPU_RECORD=experiments/results/${tag}_tests.json timeout ${TEST_TIMEOUT:
   --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log" | grep -v "^tests/.* PASSED" | tail -n 80
 echo "tests took $(( $(date +%s) - start )) s"
 IFS=';' read -ra cmds <<< "${BENCH:-}"
+pack() { tar czf "$OUT/results.tgz" experiments/results experiments/REPORT.md plots 2>/dev/null; }
+pack
 for c in "${cmds[@]}"; do
   [ -z "$c" ] && continue
+  left=$(( ${DEADLINE:-100000} - ($(date +%s) - start) ))
+  if [ "$left" -lt 20 ]; then echo "=== skipped (deadline): $c"; continue; fi
+  lim=${BENCH_TIMEOUT:-240}; [ "$lim" -gt "$left" ] && lim=$left
   echo "=== $c"; s=$(date +%s)
-  timeout ${BENCH_TIMEOUT:-240} bash -c "$c" 2>&1 | tee -a "$OUT/bench.log" | tail -n 40
-  echo "=== took $(( $(date +%s) - s )) s"
+  timeout "$lim" bash -c "$c" 2>&1 | tee -a "$OUT/bench.log" | grep -v "it/s\|s/it\|cfg/s\|%|" | tail -n 25
+  echo "=== rc=${PIPESTATUS[0]} took $(( $(date +%s) - s )) s"
+  pack
 done
-tar czf "$OUT/results.tgz" experiments/results experiments/REPORT.md plots 2>/dev/null
 python3 - <<'PY'
 import json, glob
 for f in sorted(glob.glob("experiments/results/*_tests.json")):
