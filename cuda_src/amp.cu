@@ -79,7 +79,8 @@ __global__ void sgd_momentum_step(const G* __restrict__ grad, float* __restrict_
 template <typename G, typename M>
 __global__ void adamw_step(const G* __restrict__ grad, float* __restrict__ master, float* __restrict__ exp_avg,
                            float* __restrict__ exp_avg_sq, M* __restrict__ model, i64 n, float lr, float beta1,
-                           float beta2, float eps, float weight_decay, float bias_correction1,
+                           float beta2, float one_minus_beta1, float one_minus_beta2,  // 1-b from float64 on host
+                           float eps, float weight_decay, float bias_correction1,
                            float bias_correction2_sqrt, float inv_scale, const int* __restrict__ skip) {
   if (skip != nullptr && *skip != 0) return;
   const float step_size = lr / bias_correction1;
@@ -88,8 +89,8 @@ __global__ void adamw_step(const G* __restrict__ grad, float* __restrict__ maste
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = to_float(grad[i]) * inv_scale;
     float p = master[i] * decay;                                    // decoupled weight decay first
-    const float m = fmaf(beta1, exp_avg[i], (1.f - beta1) * g);
-    const float v = fmaf(beta2, exp_avg_sq[i], (1.f - beta2) * g * g);
+    const float m = fmaf(beta1, exp_avg[i], one_minus_beta1 * g);
+    const float v = fmaf(beta2, exp_avg_sq[i], one_minus_beta2 * g * g);  // 1.f-0.999f is 1.3e-5 off
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     const float denom = sqrtf(v) / bias_correction2_sqrt + eps;

@@ -176,7 +176,8 @@ __device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const floa
     lt += __shfl_xor_sync(0xffffffffu, lt, 2);
     inv[r] = lt > 0.f ? 1.f / lt : 0.f;
     const int row = wrow0 + (r == 0 ? ra : rb);
-    if (t == 0 && row < seqlen_q) lp[row] = lt > 0.f ? (m2[r] + log2f(lt)) * 0.69314718055994531f : -INFINITY;
+    // l == 0: the row saw no key (lse -inf); a NaN l (NaN input) must stay NaN, as in the FA-2 kernel
+    if (t == 0 && row < seqlen_q) lp[row] = lt == 0.f ? -INFINITY : (m2[r] + log2f(lt)) * 0.69314718055994531f;
   }
 #pragma unroll
   for (int n = 0; n < NPV; ++n)

@@ -245,7 +245,8 @@ def config_key(dtype, head_dim, variant, Br, Bc, pv_n):
 
 
 def self_check(configs=None, timeout: float | None = None) -> dict:
-    """Launch each configuration (default: all) on a few shapes in parallel subprocesses.
+    """Launch each configuration (default: all) on a few shapes in subprocesses, $CUFLASH_SM90_CHECK_JOBS
+    (default 4) at a time.
 
     Returns {config_key: None when it ran, else the failure text (crash output, or a timeout = hang)}.
     ``timeout`` (seconds, for all of them together) defaults to $CUFLASH_SM90_CHECK_TIMEOUT or 240.
@@ -253,20 +254,22 @@ def self_check(configs=None, timeout: float | None = None) -> dict:
     timeout = float(os.environ.get("CUFLASH_SM90_CHECK_TIMEOUT", "240") if timeout is None else timeout)
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = {}
-    for cfg in (configurations() if configs is None else configs):
-        key = config_key(*cfg)
-        args = [sys.executable, "-c", _CHECK_SCRIPT, key[0], *(str(x) for x in key[1:])]
-        procs[key] = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True)
+    jobs = int(os.environ.get("CUFLASH_SM90_CHECK_JOBS", "4"))  # each subprocess holds a CUDA context
+    keys = [config_key(*cfg) for cfg in (configurations() if configs is None else configs)]
     res, t0 = {}, time.time()
-    for key, pr in procs.items():
-        try:
-            out, _ = pr.communicate(timeout=max(1.0, timeout - (time.time() - t0)))
-            ok = pr.returncode == 0 and "SELF_CHECK_OK" in out
-            res[key] = None if ok else f"self-check failed (rc {pr.returncode}): {out[-1500:]}"
-        except subprocess.TimeoutExpired:
-            pr.kill()
-            pr.communicate()
-            res[key] = f"self-check timed out after {timeout:.0f} s (a hang: barrier deadlock?)"
+    for w in range(0, len(keys), jobs):  # waves of `jobs` subprocesses
+        procs = {}
+        for key in keys[w:w + jobs]:
+            args = [sys.executable, "-c", _CHECK_SCRIPT, key[0], *(str(x) for x in key[1:])]
+            procs[key] = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
+        for key, pr in procs.items():
+            try:
+                out, _ = pr.communicate(timeout=max(1.0, timeout - (time.time() - t0)))
+                ok = pr.returncode == 0 and "SELF_CHECK_OK" in out
+                res[key] = None if ok else f"self-check failed (rc {pr.returncode}): {out[-1500:]}"
+            except subprocess.TimeoutExpired:
+                pr.kill()
+                pr.communicate()
+                res[key] = f"self-check timed out after {timeout:.0f} s (a hang: barrier deadlock?)"
     return res

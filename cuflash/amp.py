@@ -238,7 +238,8 @@ def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas
     n = master.size
     _compile.launch(k, (_grid(n),), (_BLOCK,),
                     (grad, master, exp_avg, exp_avg_sq, model if model is not None else _NULL, np.int64(n),
-                     np.float32(lr), np.float32(betas[0]), np.float32(betas[1]), np.float32(eps),
+                     np.float32(lr), np.float32(betas[0]), np.float32(betas[1]), np.float32(1.0 - betas[0]),
+                     np.float32(1.0 - betas[1]), np.float32(eps),
                      np.float32(weight_decay), np.float32(bc1), np.float32(bc2s), np.float32(inv_scale), skip))
     return master
 

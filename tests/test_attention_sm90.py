@@ -62,7 +62,9 @@ def require(dtype, head_dim, variant, block_sizes=None, pv_n=None):
         br, bc = block_sizes
         pv = pv_n if pv_n is not None else next((c[2] for c in S90.TILES[(variant, d)] if c[:2] == (br, bc)), 64)
     msg = _run_canaries().get(S90.config_key(dtype, d, variant, br, bc, pv))
-    if msg:
+    if msg and "OutOfMemoryError" in msg:  # the canary could not get GPU memory: no verdict on the kernel
+        print(f"canary of {variant} d{d} ran out of device memory (other test processes); testing in-process")
+    elif msg:
         pytest.fail(f"{variant} {np.dtype(dtype).name} d{d} ({br}, {bc}, {pv}): {msg}")
 
 
