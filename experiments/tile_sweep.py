@@ -12,10 +12,16 @@ are cold-L2 DRAM bytes: K/V re-reads by later Q tiles of the same head mostly hi
 measured bytes fall below the model, which counts every tile read as HBM traffic.
 
 Writes experiments/results/attention_tile_sweep.json|csv and plots/attention_tile_sweep.png.
+Without a GPU (or with ``--predict``) it writes the model-only PREDICTED version of the sweep instead: every
+instantiated (Br, Bc, warps) that fits ``--gpu``'s shared memory, at its roofline-predicted time
+(``cuflash.gpus.predict_time_s``: max(modeled bytes / copy bandwidth, FLOPs / matmul peak) from the GPU table),
+to attention_tile_sweep_predicted.json|csv and plots/attention_tile_sweep_predicted.png. Without a GPU the exit
+status stays 2 (no measurement was made); with an explicit ``--predict`` it is 0.
 
     python experiments/tile_sweep.py                    # batch 4, heads 16, seqlen 4096, head_dim 64 and 128, bf16
     python experiments/tile_sweep.py --quick            # smoke size
     python experiments/tile_sweep.py --ncu --causal     # with measured DRAM bytes, causal mask
+    python experiments/tile_sweep.py --predict [--gpu H200] [--out DIR]   # model only, no GPU use
     cuflash sweep [same args]
 """
 from __future__ import annotations
@@ -68,11 +74,73 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true", help="smoke size: batch 1, heads 4, seqlen 1024, rep 20")
     ap.add_argument("--single", default=None, help=argparse.SUPPRESS)  # "d,Br,Bc,warps": one launch (ncu)
     ap.add_argument("--name", default="attention_tile_sweep", help="results/plot file stem")
+    ap.add_argument("--predict", action="store_true", help="model only (no GPU use): roofline-predicted times")
+    ap.add_argument("--gpu", default="H200", help="GPU table entry for predicted times (H200, H100, A100)")
+    ap.add_argument("--out", default=None, help="results folder (default experiments/results); plots go to "
+                                                "OUT/plots unless --plots")
+    ap.add_argument("--plots", default=None)
     a = ap.parse_args(argv)
     if a.quick:
         a.batch, a.heads, a.seqlen, a.rep, a.warmup = 1, 4, 1024, 20, 2
     a.rep = max(a.rep, 20)
     return a
+
+
+def output_dirs(a):
+    """Point bench.write_results at --out (tests use a tmp dir) and return the plot folder."""
+    from cuflash import bench
+
+    if a.out:
+        bench.RESULTS = Path(a.out)
+    plots = Path(a.plots) if a.plots else (Path(a.out) / "plots" if a.out else bench.PLOTS)
+    plots.mkdir(parents=True, exist_ok=True)
+    return plots
+
+
+def run_predicted(a, plots):
+    """The model-only sweep: modeled bytes and FLOPs of every instantiated configuration, roofline time for
+    ``a.gpu``; writes ``<name>_predicted.json|csv`` and its plot. Returns (path, rows)."""
+    from cuflash import bench, gpus
+    A = importlib.import_module("cuflash.attention")
+    from cuflash._dtypes import bfloat16
+
+    g = gpus.get(a.gpu)
+    dt = bfloat16 if a.dtype == "bfloat16" else np.dtype(np.float16)
+    limit = g.smem_optin_per_block
+    rows, skipped = [], []
+    for d in a.head_dims:
+        for br, bc, w in A.instantiated_tiles(dt, d):
+            smem = A.smem_bytes(dt, d, br, bc)
+            if smem > limit:
+                skipped.append({"head_dim": d, "Br": br, "Bc": bc, "warps": w, "smem_bytes": smem})
+                continue
+            fl = A.flops(a.batch, a.heads, a.seqlen, a.seqlen, d, a.causal)
+            mb = model_bytes(a.batch, a.heads, a.seqlen, d, br, bc, a.dtype, a.causal)
+            t = gpus.predict_time_s(mb, fl, g, a.dtype)
+            t_mem = mb / (g.copy_GBps() * 1e9)
+            t_cmp = fl / (g.matmul_TFLOPs(a.dtype) * 1e12)
+            rows.append({"head_dim": d, "Br": br, "Bc": bc, "warps": w, "rows_per_warp": br // w, "stages": A.STAGES,
+                         "smem_bytes": smem, "default": (br, bc, w) == A.DEFAULT_TILES.get((d, a.causal)),
+                         "batch": a.batch, "heads": a.heads, "seqlen": a.seqlen, "dtype": a.dtype,
+                         "causal": a.causal, "mode": "predicted", "predicted_for": g.name,
+                         "ms": t * 1e3, "tflops": fl / t / 1e12, "flops": fl, "model_bytes": mb,
+                         "model_GBps": mb / t / 1e9, "bound": "memory" if t_mem >= t_cmp else "compute"})
+    name = f"{a.name}_predicted"
+    meta = {"predicted": True, "mode": "PREDICTED: model only, no GPU measurement",
+            "what": "FA-2 forward tile sweep, PREDICTED: modeled HBM bytes and roofline time per (Br, Bc, warps)",
+            "gpu_table": g.name, "gpu_notes": g.notes, "copy_GBps": g.copy_GBps(),
+            "matmul_TFLOPs": g.matmul_TFLOPs(a.dtype), "smem_limit_bytes": limit,
+            "skipped_smem": skipped, "flops": "4*B*H*N^2*d (halved when causal)",
+            "model": "cuflash.traffic.attention_bytes('fa2', ...): every K/V tile read counted as HBM traffic "
+                     "(no L2 reuse), so the model is pessimistic where the measured sweep's K/V re-reads hit L2",
+            "time": "cuflash.gpus.predict_time_s: max(bytes / copy BW, flops / matmul peak), a lower bound "
+                    "(no latency, launch overhead or imperfect overlap)",
+            "args": vars(a),
+            "note": f"PREDICTED for {g.name} (model only, no GPU): traffic model + roofline time from the "
+                    f"cuflash/gpus.py table; not a measurement"}
+    path = bench.write_results(name, rows, meta)
+    plot(rows, a, plots / f"{name}.png", time_key="ms", predicted_for=g.name)
+    return path, rows
 
 
 def _inputs(cp, a, d, dt, seed=0):
@@ -166,11 +234,21 @@ def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     from cuflash import bench
 
-    if not bench.has_gpu():
-        print("tile_sweep: no CUDA device visible (run on the GPU machine)")
-        return 2
+    gpu = False if a.predict else bench.has_gpu()
+    if not gpu:
+        if not a.predict:
+            print("tile_sweep: no CUDA device visible (run on the GPU machine)")
+        if a.single:
+            return 2
+        plots = output_dirs(a)
+        print(f"tile_sweep: writing the model-only PREDICTED sweep for {a.gpu} (no GPU measurement)")
+        path, rows = run_predicted(a, plots)
+        print(bench.table(rows, ["head_dim", "Br", "Bc", "warps", "default", "ms", "tflops", "model_bytes", "bound"]))
+        print(f"wrote {path} and {plots / (path.stem + '.png')} (PREDICTED)")
+        return 0 if a.predict else 2
     if a.single:
         return run_single(a)
+    plots = output_dirs(a)
     import cupy as cp
     from tqdm import tqdm
     from cuflash import _compile
@@ -221,12 +299,14 @@ def main(argv=None) -> int:
             note = f" (default {dflt['Br']}x{dflt['Bc']}/{dflt['warps']}w: {dflt['tflops']:.0f})" if dflt else ""
             print(f"head_dim {d}: fastest Br={best['Br']} Bc={best['Bc']} warps={best['warps']} "
                   f"{best['tflops']:.0f} TFLOP/s{note}")
-    plot(rows, a, bench.PLOTS / f"{a.name}.png")
+    plot(rows, a, plots / f"{a.name}.png")
     print(f"wrote {path} and plots/{a.name}.png")
     return 0
 
 
-def plot(rows, a, path):
+def plot(rows, a, path, time_key="median_ms", predicted_for=None):
+    """HBM bytes against time, one labelled point per configuration; ``predicted_for`` (a GPU table name)
+    marks the figure PREDICTED and ``time_key`` names the time column ("ms" for predicted rows)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -238,23 +318,40 @@ def plot(rows, a, path):
         rs = [r for r in rows if r["head_dim"] == d]
         for key, marker, label in (("model_bytes", "o", "modeled HBM bytes"),
                                    ("ncu_dram_bytes", "s", "ncu DRAM bytes")):
-            pts = [(r["median_ms"], r[key]) for r in rs if r.get(key)]
+            pts = [(r[time_key], r[key]) for r in rs if r.get(key)]
             if not pts:
                 continue
             ax.scatter([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker=marker, label=label,
                        facecolors="none" if key == "ncu_dram_bytes" else None,
                        edgecolors="C1" if key == "ncu_dram_bytes" else None)
-        for r in rs:
-            ax.annotate(f"{r['Br']}x{r['Bc']}/{r['warps']}w{'*' if r['default'] else ''}\n{r['tflops']:.0f} TF/s",
-                        (r["median_ms"], r["model_bytes"] / 1e6), fontsize=7, xytext=(4, 3),
-                        textcoords="offset points")
-        ax.set_xlabel("runtime (ms, median)")
+        if predicted_for is None:
+            for r in rs:
+                ax.annotate(f"{r['Br']}x{r['Bc']}/{r['warps']}w{'*' if r['default'] else ''}\n{r['tflops']:.0f} TF/s",
+                            (r[time_key], r["model_bytes"] / 1e6), fontsize=7, xytext=(4, 3),
+                            textcoords="offset points")
+        else:  # the model gives configurations of one Br the same point: one label listing them all
+            groups = {}
+            for r in rs:
+                groups.setdefault((round(r[time_key], 9), r["model_bytes"]), []).append(r)
+            for (t, mb), grp in groups.items():
+                names = ", ".join(f"{r['Br']}x{r['Bc']}/{r['warps']}w{'*' if r['default'] else ''}" for r in grp)
+                ax.annotate(f"{names}\n{grp[0]['tflops']:.0f} TF/s ({grp[0].get('bound', '')}-bound)",
+                            (t, mb / 1e6), fontsize=7, xytext=(4, 3), textcoords="offset points")
+            ax.margins(x=0.35, y=0.15)
+        ax.set_xlabel("runtime (ms, median)" if predicted_for is None else
+                      f"predicted runtime (ms, roofline for {predicted_for})")
         ax.set_ylabel("HBM traffic (MB)")
         ax.set_title(f"head_dim {d}: B={a.batch} H={a.heads} N={a.seqlen} {a.dtype}"
                      f"{' causal' if a.causal else ''}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("FA-2 forward tile sweep: one point per (Br, Bc, warps) (* = default)", fontsize=10)
+    title = "FA-2 forward tile sweep: one point per (Br, Bc, warps) (* = default)"
+    if predicted_for is not None:
+        title = (f"FA-2 forward tile sweep — PREDICTED (model, no GPU) for {predicted_for}: one point per "
+                 f"(Br, Bc, warps), the model puts configurations of one Br on the same point (* = default)")
+        fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=32, ha="center",
+                 va="center", rotation=15)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -109,3 +109,32 @@ def test_ncu_csv_and_compare():
     s = ncu._script("x = 1", "y = x + 1\nz = y", 3)
     compile(s, "region", "exec")
     assert "_prof.start()" in s and "range(3)" in s
+
+
+def test_report_labels_rows_without_kernel_or_shape(tmp_path):
+    """Tile-sweep rows and the one-row-per-shape attention benches get a kernel, a shape and a peer ratio."""
+    res = tmp_path / "results"
+    assert _script("tile_sweep").main(["--predict", "--quick", "--out", str(res), "--plots",
+                                       str(tmp_path / "plots")]) == 0
+    (res / "attention_bench.json").write_text(json.dumps({"environment": {"gpu": "NVIDIA H200"}, "rows": [
+        {"dtype": "bfloat16", "head_dim": 64, "seqlen": 512, "causal": True, "batch": 32, "heads": 32,
+         "tiles": "128x64/4w", "cuflash_ms": 0.35, "cuflash_tflops": 196.0, "cuflash_err": 0.001,
+         "wgmma_ms": 0.37, "wgmma_tflops": 185.0, "wgmma_err": 0.001, "torch_flash_ms": 0.29,
+         "ratio_vs_flash": 0.83, "wgmma_ratio_vs_flash": 0.79}]}))
+    (res / "softmax_sweep.json").write_text(json.dumps({"rows": [
+        {"dtype": "float32", "rows": 64, "cols": 1024, "impl": "cuflash", "method": "online", "path": "warp",
+         "ms": 0.1, "GBps": 3000.0, "frac_of_copy": 0.9, "max_abs_err": 1e-9},
+        {"dtype": "float32", "rows": 64, "cols": 1024, "impl": "torch.softmax", "method": "", "ms": 0.2,
+         "GBps": 1500.0, "frac_of_copy": 0.45}]}))
+    out = tmp_path / "REPORT.md"
+    assert _script("report").main(["--results", str(res), "--plots", str(tmp_path / "plots"), "--out", str(out)]) == 0
+    text = out.read_text()
+    judged = text.split("## The table every kernel is judged by")[1].split("\n## ")[0]
+    rows = [ln for ln in judged.splitlines() if ln.startswith("| ") and not ln.startswith("| source")]
+    assert rows and all(ln.split("|")[2].strip() and ln.split("|")[3].strip() for ln in rows)  # kernel, shape
+    assert "| attention fa2 128×64/4w (default) | B1 H4 N1024 d64 |" in judged
+    assert "speed_vs_default_tile=1" in judged and "attention_tile_sweep_predicted (PREDICTED)" in judged
+    assert "| attention fa2 128x64/4w causal | B32 H32 N512 d64 |" in judged
+    assert "| attention wgmma sm90 causal |" in judged and "speed_vs_torch_flash=0.79" in judged
+    assert "| cuflash softmax online (warp) | 64x1024 |" in judged and "speed_vs_torch=2" in judged
+    assert "![attention_tile_sweep_predicted](plots/attention_tile_sweep_predicted.png)" in text
