@@ -17,7 +17,7 @@ HAS_GPU = bench.has_gpu()
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return
-    skip = pytest.mark.skip(reason="no CUDA device visible to CuPy (GPU tests run on the H200 via the device tool)")
+    skip = pytest.mark.skip(reason="no CUDA device visible to CuPy: GPU test skipped")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -19,8 +19,10 @@ def _nvrtc_ok():
         return False
 
 
-pytestmark = pytest.mark.skipif(not _nvrtc_ok() and not os.environ.get("CI"),
-                                reason="libnvrtc not found (install the cuda13 or cuda12 extra)")
+# Without NVRTC the compile check skips on a developer's machine (with the reason) but fails in CI, where the
+# README's install (the cuda12 extra brings NVRTC and the CUDA headers from PyPI) must make it run.
+needs_nvrtc = pytest.mark.skipif(not _nvrtc_ok() and not os.environ.get("CI"),
+                                 reason="libnvrtc not found (pip install -e '.[cuda12]' brings it)")
 
 
 def _arches(extra):
@@ -37,6 +39,7 @@ def _job(args):
         return args, None, str(e)[:4000]
 
 
+@needs_nvrtc
 def test_every_declared_kernel_compiles_without_spills(capsys):
     from concurrent.futures import ProcessPoolExecutor
 
