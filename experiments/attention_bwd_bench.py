@@ -26,16 +26,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import add_shape_args, half_to_torch, pyplot, save_figure, sdpa_peers  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
-    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
-    ap.add_argument("--masks", nargs="+", default=["full", "causal"], choices=["full", "causal"])
+    add_shape_args(ap, [512, 1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--deterministic", action="store_true", help="time the deterministic dQ path")
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
@@ -47,28 +48,6 @@ def parse_args(argv):
         a.seqlens, a.head_dims, a.dtypes, a.rep, a.warmup = [1024, 4096], [128], ["bfloat16"], 20, 3
     a.rep = max(a.rep, 20)
     return a
-
-
-def _torch():
-    try:
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        if not torch.cuda.is_available():
-            return None
-        return torch, SDPBackend, sdpa_kernel
-    except Exception as e:  # pragma: no cover - depends on the machine
-        print(f"attention_bwd_bench: torch peers skipped ({e})")
-        return None
-
-
-def to_torch(torch, x):
-    """Zero-copy torch view of a CuPy array (bf16 through a 16-bit integer view: DLPack support varies)."""
-    import cupy as cp
-
-    if x.dtype == np.float16:
-        return torch.from_dlpack(x)
-    return torch.from_dlpack(x.view(cp.uint16)).view(torch.bfloat16)
 
 
 def to_cupy(t):
@@ -118,7 +97,7 @@ def main(argv=None) -> int:
     import cuflash
     from cuflash._dtypes import bfloat16
 
-    th = None if a.no_torch else _torch()
+    th = None if a.no_torch else sdpa_peers("attention_bwd_bench")
     combos = [(dn, d, n, m) for dn in a.dtypes for d in a.head_dims for n in a.seqlens for m in a.masks]
     rows = []
     rng = np.random.default_rng(0)
@@ -174,8 +153,8 @@ def main(argv=None) -> int:
         if th is not None:
             torch, SDPBackend, sdpa_kernel = th
             sdpa = torch.nn.functional.scaled_dot_product_attention
-            tq, tk, tv = (to_torch(torch, x).requires_grad_() for x in (q, k, v))
-            tdo = to_torch(torch, do)
+            tq, tk, tv = (half_to_torch(torch, x, unsigned=True).requires_grad_() for x in (q, k, v))
+            tdo = half_to_torch(torch, do, unsigned=True)
             for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                 def tf():
                     with sdpa_kernel(backend):
@@ -229,10 +208,7 @@ def main(argv=None) -> int:
 
 
 def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     dims = sorted({r["head_dim"] for r in rows})
     masks = sorted({r["causal"] for r in rows})
@@ -260,10 +236,7 @@ def plot(rows, path):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
     fig.suptitle("attention forward + backward, 16K tokens, hidden 2048", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

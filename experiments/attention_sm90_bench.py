@@ -20,7 +20,6 @@ Writes experiments/results/attention_sm90_bench.json|csv and plots/attention_sm9
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import shutil
@@ -35,16 +34,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import add_shape_args, half_to_torch as to_torch, pyplot, sample_ref, save_figure, sdpa_peers  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seqlens", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
-    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
-    ap.add_argument("--masks", nargs="+", default=["full", "causal"], choices=["full", "causal"])
+    add_shape_args(ap, [2048, 4096, 8192, 16384])
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true", help="skip the torch SDPA peers")
@@ -119,28 +119,6 @@ def sass_evidence(configs) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------- peers
-def _torch():
-    try:
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        if not torch.cuda.is_available():
-            return None
-        return torch, SDPBackend, sdpa_kernel
-    except Exception as e:  # pragma: no cover - depends on the machine
-        print(f"attention_sm90_bench: torch peers skipped ({e})")
-        return None
-
-
-def to_torch(torch, x):
-    """Zero-copy torch view of a CuPy array (bf16 through an int16 view: DLPack support varies)."""
-    import cupy as cp
-
-    if x.dtype == np.float16:
-        return torch.from_dlpack(x)
-    return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
-
-
 def from_torch(torch, t, dt):
     import cupy as cp
 
@@ -148,22 +126,6 @@ def from_torch(torch, t, dt):
     if t.dtype == torch.bfloat16:
         return cp.from_dlpack(t.view(torch.int16)).view(dt)
     return cp.from_dlpack(t)
-
-
-def sample_ref(q, k, v, causal, rows):
-    """float64 reference output for query ``rows`` of batch 0, all heads: (H, len(rows), d)."""
-    import cupy as cp
-
-    qs = q[0][:, rows].astype(cp.float64)
-    kk, vv = k[0].astype(cp.float64), v[0].astype(cp.float64)
-    s = cp.matmul(qs, kk.swapaxes(-1, -2)) / math.sqrt(q.shape[-1])
-    if causal:
-        j = cp.arange(k.shape[2])[None, :]
-        i = cp.asarray(rows)[:, None] + (k.shape[2] - q.shape[2])
-        s = cp.where(j <= i, s, -cp.inf)
-    s = s - s.max(-1, keepdims=True)
-    p = cp.exp(s)
-    return cp.matmul(p, vv) / p.sum(-1, keepdims=True)
 
 
 def main(argv=None) -> int:
@@ -209,7 +171,7 @@ def main(argv=None) -> int:
     for key, msg in checks.items():
         if msg:
             print(f"attention_sm90_bench: {key} skipped: {msg[:300]}")
-    th = None if a.no_torch else _torch()
+    th = None if a.no_torch else sdpa_peers("attention_sm90_bench")
     combos = [(dn, d, n, m) for dn in a.dtypes for d in a.head_dims for n in a.seqlens for m in a.masks]
     rows = []
     rng = np.random.default_rng(0)
@@ -306,10 +268,7 @@ def main(argv=None) -> int:
 
 
 def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     dims = sorted({r["head_dim"] for r in rows})
     masks = sorted({r["causal"] for r in rows})
@@ -333,10 +292,7 @@ def plot(rows, path):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
     fig.suptitle("attention forward on Hopper, 16K tokens, hidden 2048", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

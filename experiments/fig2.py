@@ -25,6 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import (  # noqa: E402
+    from_torch, output_dirs, predicted_mode, predicted_watermark, print_results, pyplot, save_figure, to_torch)
 
 import numpy as np  # noqa: E402
 
@@ -61,15 +66,6 @@ def parse_args(argv):
     if a.quick:
         a.batch = min(a.batch, 4)
     return a
-
-
-def output_dirs(a):
-    """Point bench.write_results at --out (tests use a tmp dir) and return the plot folder."""
-    if a.out:
-        bench.RESULTS = Path(a.out)
-    plots = Path(a.plots) if a.plots else (Path(a.out) / "plots" if a.out else bench.PLOTS)
-    plots.mkdir(parents=True, exist_ok=True)
-    return plots
 
 
 def model_rows(a):
@@ -144,25 +140,6 @@ def _setup_code(a):
             f"rs = cupy.random.RandomState(0)\n"
             f"q, k, v = (from_float32(rs.standard_normal(({a.batch}, {a.heads}, {a.seqlen}, {a.head_dim}), "
             f"dtype=cupy.float32), cuflash._dtypes.{a.dtype}) for _ in range(3))\n")
-
-
-def to_torch(torch, x):
-    """A torch view of a CuPy array (bfloat16 through an int16 view: DLPack has no ml_dtypes bfloat16)."""
-    import cupy as cp
-
-    if str(x.dtype) == "bfloat16":
-        return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
-    return torch.from_dlpack(x)
-
-
-def from_torch(torch, t):
-    import cupy as cp
-
-    from cuflash import _dtypes
-
-    if t.dtype == torch.bfloat16:
-        return cp.from_dlpack(t.contiguous().view(torch.int16)).view(cp.uint16).view(_dtypes.bfloat16)
-    return cp.from_dlpack(t.contiguous())
 
 
 def _torch_setup(a, backend):
@@ -318,10 +295,7 @@ def run_measured(a, plots):
 
 # ----------------------------------------------------------------------------------------------------------
 def plot(rows, path, label):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ra = [r for r in rows if r["figure"] == "2a" and r.get("fwd_ms")]
     rb = [r for r in rows if r["figure"] == "2b" and r.get("fwd_ms")]
@@ -363,27 +337,20 @@ def plot(rows, path, label):
         ax.legend(h1 + h2, l1 + l2, fontsize=8)
     shape = ra[0]["shape"] if ra else ""
     fig.suptitle(f"FlashAttention Fig. 2 — {shape} {rows[0]['dtype'] if rows else ''} — {label}")
-    if "PREDICTED" in label:
-        fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=40, ha="center",
-                 va="center", rotation=15)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    predicted_watermark(fig, label)
+    save_figure(fig, path, dpi=110, mkdir=False)
 
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     plots = output_dirs(a)
-    if a.predict or not bench.has_gpu():
-        if not a.predict:
-            print(f"fig2: no CUDA device: writing the model with roofline-predicted times for {a.gpu} (PREDICTED)")
+    if predicted_mode(a, f"fig2: no CUDA device: writing the model with roofline-predicted times for {a.gpu} "
+                         f"(PREDICTED)"):
         path, rows = run_predicted(a, plots)
     else:
         path, rows = run_measured(a, plots)
-    cols = [c for c in ("figure", "impl", "Bc", "mode", "gflops_fwd", "hbm_gb_model", "hbm_gb_measured",
-                        "measured_over_modeled", "fwd_ms", "fwdbwd_ms", "max_abs_err") if any(c in r for r in rows)]
-    print(bench.table(rows, cols))
-    print(f"wrote {path}")
+    print_results(path, rows, ("figure", "impl", "Bc", "mode", "gflops_fwd", "hbm_gb_model", "hbm_gb_measured",
+                               "measured_over_modeled", "fwd_ms", "fwdbwd_ms", "max_abs_err"))
     return 0
 
 

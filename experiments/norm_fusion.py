@@ -19,6 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import (  # noqa: E402
+    from_torch, output_dirs, predicted_mode, predicted_watermark, print_results, pyplot, save_figure, to_torch)
 
 import numpy as np  # noqa: E402
 
@@ -45,33 +50,6 @@ def parse_args(argv):
     if a.quick:
         a.shapes, a.dtypes = "4096x1024,2048x4096", "bfloat16"
     return a
-
-
-def output_dirs(a):
-    if a.out:
-        bench.RESULTS = Path(a.out)
-    plots = Path(a.plots) if a.plots else (Path(a.out) / "plots" if a.out else bench.PLOTS)
-    plots.mkdir(parents=True, exist_ok=True)
-    return plots
-
-
-def to_torch(torch, x):
-    """A torch view of a CuPy array (bfloat16 through an int16 view: DLPack has no ml_dtypes bfloat16)."""
-    import cupy as cp
-
-    if str(x.dtype) == "bfloat16":
-        return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
-    return torch.from_dlpack(x)
-
-
-def from_torch(torch, t):
-    import cupy as cp
-
-    from cuflash import _dtypes
-
-    if t.dtype == torch.bfloat16:
-        return cp.from_dlpack(t.contiguous().view(torch.int16)).view(cp.uint16).view(_dtypes.bfloat16)
-    return cp.from_dlpack(t.contiguous())
 
 
 def model(variant, kind, tokens, hidden, dt):
@@ -225,10 +203,7 @@ def run(a, plots, predicted):
 
 
 def plot(rows, path, label):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     groups = list(dict.fromkeys((r["kernel"], r["dtype"]) for r in rows))
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(5.5 * max(len(groups), 1), 4.2), squeeze=False)
@@ -246,26 +221,18 @@ def plot(rows, path, label):
         ax.set_title(f"{kern} {dn}")
         ax.legend(fontsize=7)
     fig.suptitle(f"Residual add + norm: fused (4 passes) vs separate (5 passes) — {label}")
-    if "PREDICTED" in label:
-        fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=40, ha="center",
-                 va="center", rotation=15)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    predicted_watermark(fig, label)
+    save_figure(fig, path, dpi=110, mkdir=False)
 
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     plots = output_dirs(a)
-    predicted = a.predict or not bench.has_gpu()
-    if predicted and not a.predict:
-        print(f"norm_fusion: no CUDA device: model with roofline-predicted times for {a.gpu} (PREDICTED)")
+    predicted = predicted_mode(a, f"norm_fusion: no CUDA device: model with roofline-predicted times for {a.gpu} "
+                                  f"(PREDICTED)")
     path, rows = run(a, plots, predicted)
-    cols = [c for c in ("kernel", "variant", "dtype", "shape", "passes_model", "ms", "GBps_model",
-                        "speedup_vs_unfused", "speed_vs_torch", "measured_over_modeled", "max_abs_err")
-            if any(c in r for r in rows)]
-    print(bench.table(rows, cols))
-    print(f"wrote {path}")
+    print_results(path, rows, ("kernel", "variant", "dtype", "shape", "passes_model", "ms", "GBps_model",
+                               "speedup_vs_unfused", "speed_vs_torch", "measured_over_modeled", "max_abs_err"))
     return 0
 
 

@@ -19,6 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import output_dirs, predicted_mode, predicted_watermark, print_results, pyplot, save_figure  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -36,14 +40,6 @@ def parse_args(argv):
     ap.add_argument("--out", default=None)
     ap.add_argument("--plots", default=None)
     return ap.parse_args(argv)
-
-
-def output_dirs(a):
-    if a.out:
-        bench.RESULTS = Path(a.out)
-    plots = Path(a.plots) if a.plots else (Path(a.out) / "plots" if a.out else bench.PLOTS)
-    plots.mkdir(parents=True, exist_ok=True)
-    return plots
 
 
 def kernels(quick: bool):
@@ -158,10 +154,7 @@ def run(a, plots, predicted):
 
 
 def plot(rows, copy_gbps, mm_tflops, fp32_tflops, path, label):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 6))
     ai = np.logspace(-2, 4, 200)
@@ -184,25 +177,18 @@ def plot(rows, copy_gbps, mm_tflops, fp32_tflops, path, label):
     ax.set_title(f"Roofline — {label}")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="lower right")
-    if "PREDICTED" in label:
-        fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=40, ha="center",
-                 va="center", rotation=15)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    predicted_watermark(fig, label)
+    save_figure(fig, path, dpi=110, mkdir=False)
 
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     plots = output_dirs(a)
-    predicted = a.predict or not bench.has_gpu()
-    if predicted and not a.predict:
-        print(f"roofline: no CUDA device: roofline-predicted throughput for {a.gpu} (PREDICTED)")
+    predicted = predicted_mode(a, f"roofline: no CUDA device: roofline-predicted throughput for {a.gpu} "
+                                  f"(PREDICTED)")
     path, rows = run(a, plots, predicted)
-    cols = [c for c in ("kernel", "mode", "ai_model", "ai_measured", "ms", "TFLOPs", "GBps_model",
-                        "fraction_of_roof", "measured_over_modeled") if any(c in r for r in rows)]
-    print(bench.table(rows, cols))
-    print(f"wrote {path}")
+    print_results(path, rows, ("kernel", "mode", "ai_model", "ai_measured", "ms", "TFLOPs", "GBps_model",
+                               "fraction_of_roof", "measured_over_modeled"))
     return 0
 
 

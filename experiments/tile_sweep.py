@@ -40,6 +40,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import output_dirs, pyplot, save_figure  # noqa: E402
 
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
 
@@ -84,17 +88,6 @@ def parse_args(argv):
         a.batch, a.heads, a.seqlen, a.rep, a.warmup = 1, 4, 1024, 20, 2
     a.rep = max(a.rep, 20)
     return a
-
-
-def output_dirs(a):
-    """Point bench.write_results at --out (tests use a tmp dir) and return the plot folder."""
-    from cuflash import bench
-
-    if a.out:
-        bench.RESULTS = Path(a.out)
-    plots = Path(a.plots) if a.plots else (Path(a.out) / "plots" if a.out else bench.PLOTS)
-    plots.mkdir(parents=True, exist_ok=True)
-    return plots
 
 
 def run_predicted(a, plots):
@@ -307,10 +300,7 @@ def main(argv=None) -> int:
 def plot(rows, a, path, time_key="median_ms", predicted_for=None):
     """HBM bytes against time, one labelled point per configuration; ``predicted_for`` (a GPU table name)
     marks the figure PREDICTED and ``time_key`` names the time column ("ms" for predicted rows)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     dims = sorted({r["head_dim"] for r in rows})
     fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
@@ -352,10 +342,7 @@ def plot(rows, a, path, time_key="median_ms", predicted_for=None):
         fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=32, ha="center",
                  va="center", rotation=15)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

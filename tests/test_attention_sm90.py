@@ -22,6 +22,8 @@ from cuflash import _attention_sm90 as S90
 from cuflash import _dtypes, reference
 from cuflash._attn_common import prepare
 
+from attn_helpers import _mask, baseline, randn
+
 F16, BF16 = _dtypes.float16, _dtypes.bfloat16
 DTYPES = [F16, BF16]
 SHAPES = [(1, 1), (1, 239), (113, 203), (127, 513), (1023, 1024), (1024, 1023), (192, 192), (2048, 2048)]
@@ -69,20 +71,6 @@ def require(dtype, head_dim, variant, block_sizes=None, pv_n=None):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _mask(xp, sq, sk, causal, window):
-    left, right = window
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    i = xp.arange(sq)[:, None] + (sk - sq)
-    j = xp.arange(sk)[None, :]
-    ok = xp.ones((sq, sk), dtype=bool)
-    if right >= 0:
-        ok &= j <= i + right
-    if left >= 0:
-        ok &= j >= i - left
-    return ok
-
-
 def ref64(q, k, v, causal=False, scale=None, window=(-1, -1)):
     """float64 attention on the GPU: (out, lse); out 0 and lse -inf for rows that see no key."""
     import cupy as cp
@@ -100,33 +88,6 @@ def ref64(q, k, v, causal=False, scale=None, window=(-1, -1)):
     out = cp.matmul(p, v) / cp.where(l == 0, 1.0, l)
     lse = cp.where(l[..., 0] == 0, -cp.inf, ms[..., 0] + cp.log(cp.where(l == 0, 1.0, l))[..., 0])
     return cp.where(l == 0, 0.0, out), lse
-
-
-def _round(x, dt):
-    return x.astype(dt).astype(np.float32)
-
-
-def baseline(q, k, v, causal=False, scale=None, window=(-1, -1)):
-    """Same-precision straightforward attention: S and P rounded to the input dtype, fp32 accumulation."""
-    import cupy as cp
-
-    dt = q.dtype
-    qf, kf, vf = (a.astype(cp.float32) for a in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    kf, vf = cp.repeat(kf, g, axis=1), cp.repeat(vf, g, axis=1)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = _round(cp.matmul(qf, kf.swapaxes(-1, -2)), dt) * np.float32(scale)
-    s = cp.where(_mask(cp, q.shape[2], k.shape[2], causal, window), s, -cp.inf)
-    m = s.max(-1, keepdims=True)
-    ms = cp.where(cp.isneginf(m), 0.0, m)
-    p = cp.exp(s - ms)
-    l = p.sum(-1, keepdims=True)
-    p = _round(p / cp.where(l == 0, 1.0, l), dt)
-    return _round(cp.matmul(p, vf), dt)
-
-
-def randn(cp, rng, shape, dt, scale=1.0):
-    return cp.asarray((rng.standard_normal(shape) * scale).astype(np.float32)).astype(dt)
 
 
 def run(q, k, v, causal=False, scale=None, window=(-1, -1), variant=None, **kw):

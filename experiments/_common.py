@@ -1,0 +1,152 @@
+"""Helpers shared by the experiment scripts (moved here from the scripts, unchanged but for the parameters named).
+
+Attention benchmarks (attention_bench.py, attention_bwd_bench.py, attention_sm90_bench.py):
+    ``add_shape_args``  the --seqlens / --head-dims / --dtypes / --masks arguments (seqlens default per script)
+    ``sdpa_peers``      the torch SDPA peer loader (torch, SDPBackend, sdpa_kernel) or None, printing why
+    ``half_to_torch``   zero-copy torch view of a float16 / bfloat16 CuPy array (``unsigned``: bf16 through
+                        uint16, as attention_bwd_bench does, else int16)
+    ``sample_ref``      float64 reference output on sampled query rows of batch 0
+Predicted / measured experiments (fig2.py, roofline.py, norm_fusion.py, softmax_passes.py, tile_sweep.py):
+    ``output_dirs``     point bench.write_results at --out and return the plot folder
+    ``predicted_mode``  --predict or no CUDA device (the no-GPU line printed then)
+    ``print_results``   the result table (columns present in the rows) and the "wrote" line
+    ``to_torch`` / ``from_torch``  CuPy <-> torch views of any dtype (bfloat16 through int16)
+Plots (all of the above): ``pyplot`` (matplotlib on Agg), ``predicted_watermark``, ``save_figure``.
+
+The scripts run as ``python3 experiments/X.py`` and are loaded from their file by cuflash/cli.py and the
+tests, so each puts this folder on sys.path before ``from _common import ...``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+# ------------------------------------------------------------------------------------------ attention benchmarks
+def add_shape_args(ap, seqlens):
+    """The shape arguments of the attention benchmarks (FlashAttention-2 convention sweeps)."""
+    ap.add_argument("--seqlens", type=int, nargs="+", default=seqlens)
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--masks", nargs="+", default=["full", "causal"], choices=["full", "causal"])
+
+
+def sdpa_peers(prog):
+    """(torch, SDPBackend, sdpa_kernel) when torch sees a CUDA device, else None (``prog`` names the script)."""
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        if not torch.cuda.is_available():
+            return None
+        return torch, SDPBackend, sdpa_kernel
+    except Exception as e:  # pragma: no cover - depends on the machine
+        print(f"{prog}: torch peers skipped ({e})")
+        return None
+
+
+def half_to_torch(torch, x, unsigned=False):
+    """Zero-copy torch view of a CuPy array (bf16 through a 16-bit integer view: DLPack support varies)."""
+    import cupy as cp
+
+    if x.dtype == np.float16:
+        return torch.from_dlpack(x)
+    return torch.from_dlpack(x.view(cp.uint16 if unsigned else cp.int16)).view(torch.bfloat16)
+
+
+def sample_ref(q, k, v, causal, rows):
+    """float64 reference output for query ``rows`` of batch 0, all heads: (H, len(rows), d)."""
+    import cupy as cp
+
+    qs = q[0][:, rows].astype(cp.float64)
+    kk, vv = k[0].astype(cp.float64), v[0].astype(cp.float64)
+    d = q.shape[-1]
+    s = cp.matmul(qs, kk.swapaxes(-1, -2)) / math.sqrt(d)
+    if causal:
+        j = cp.arange(k.shape[2])[None, :]
+        i = cp.asarray(rows)[:, None] + (k.shape[2] - q.shape[2])
+        s = cp.where(j <= i, s, -cp.inf)
+    s = s - s.max(-1, keepdims=True)
+    p = cp.exp(s)
+    return cp.matmul(p, vv) / p.sum(-1, keepdims=True)
+
+
+# ------------------------------------------------------------------------------------------ predicted / measured
+def output_dirs(a):
+    """Point bench.write_results at --out (tests use a tmp dir) and return the plot folder."""
+    from cuflash import bench
+
+    if a.out:
+        bench.RESULTS = Path(a.out)
+    plots = Path(a.plots) if a.plots else (Path(a.out) / "plots" if a.out else bench.PLOTS)
+    plots.mkdir(parents=True, exist_ok=True)
+    return plots
+
+
+def predicted_mode(a, message):
+    """True for the model-only run: --predict, or no CUDA device (then ``message`` is printed)."""
+    from cuflash import bench
+
+    predicted = a.predict or not bench.has_gpu()
+    if predicted and not a.predict:
+        print(message)
+    return predicted
+
+
+def print_results(path, rows, cols):
+    """The table of ``rows`` (those of ``cols`` present in some row) and the line naming the results file."""
+    from cuflash import bench
+
+    cols = [c for c in cols if any(c in r for r in rows)]
+    print(bench.table(rows, cols))
+    print(f"wrote {path}")
+
+
+def to_torch(torch, x):
+    """A torch view of a CuPy array (bfloat16 through an int16 view: DLPack has no ml_dtypes bfloat16)."""
+    import cupy as cp
+
+    if str(x.dtype) == "bfloat16":
+        return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(x)
+
+
+def from_torch(torch, t):
+    import cupy as cp
+
+    from cuflash import _dtypes
+
+    if t.dtype == torch.bfloat16:
+        return cp.from_dlpack(t.contiguous().view(torch.int16)).view(cp.uint16).view(_dtypes.bfloat16)
+    return cp.from_dlpack(t.contiguous())
+
+
+# ------------------------------------------------------------------------------------------ plots
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display where the experiments run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def predicted_watermark(fig, label):
+    """The red PREDICTED stamp across a figure whose ``label`` says PREDICTED."""
+    if "PREDICTED" in label:
+        fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=40, ha="center",
+                 va="center", rotation=15)
+
+
+def save_figure(fig, path, dpi=120, mkdir=True):
+    """Lay out, save (creating the folder when ``mkdir``) and close ``fig``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    if mkdir:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

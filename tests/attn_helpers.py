@@ -1,0 +1,50 @@
+"""Helpers shared by tests/test_attention.py and tests/test_attention_sm90.py: the attention mask and the
+same-precision baseline of the FlashAttention rule (S and P rounded to the input dtype, fp32 accumulation), and
+``randn``. CuPy is imported inside the functions (``cp`` passed in or imported), so collecting the tests needs no
+GPU. Each test file keeps its own float64 reference ``ref64`` (they write the lse of a row without keys
+differently).
+"""
+import math
+
+import numpy as np
+
+
+def _mask(cp, sq, sk, causal, window):
+    left, right = window
+    if causal:
+        right = 0
+    i = cp.arange(sq)[:, None] + (sk - sq)
+    j = cp.arange(sk)[None, :]
+    ok = cp.ones((sq, sk), dtype=bool)
+    if right >= 0:
+        ok &= j <= i + right
+    if left >= 0:
+        ok &= j >= i - left
+    return ok
+
+
+def _round(x, dt):
+    return x.astype(dt).astype(np.float32)
+
+
+def baseline(q, k, v, causal=False, scale=None, window=(-1, -1)):
+    """Straightforward same-precision attention: S and P rounded to the input dtype, fp32 accumulation."""
+    import cupy as cp
+
+    dt = q.dtype
+    qf, kf, vf = (a.astype(cp.float32) for a in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    kf, vf = cp.repeat(kf, g, axis=1), cp.repeat(vf, g, axis=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = _round(cp.matmul(qf, kf.swapaxes(-1, -2)), dt) * np.float32(scale)
+    s = cp.where(_mask(cp, q.shape[2], k.shape[2], causal, window), s, -cp.inf)
+    m = s.max(-1, keepdims=True)
+    ms = cp.where(cp.isneginf(m), 0.0, m)
+    p = cp.exp(s - ms)
+    l = p.sum(-1, keepdims=True)
+    p = _round(p / cp.where(l == 0, 1.0, l), dt)
+    return _round(cp.matmul(p, vf), dt)
+
+
+def randn(cp, rng, shape, dt, scale=1.0):
+    return cp.asarray((rng.standard_normal(shape) * scale).astype(np.float32)).astype(dt)
