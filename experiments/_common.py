@@ -12,6 +12,8 @@ Predicted / measured experiments (fig2.py, roofline.py, norm_fusion.py, softmax_
     ``print_results``   the result table (columns present in the rows) and the "wrote" line
     ``to_torch`` / ``from_torch``  CuPy <-> torch views of any dtype (bfloat16 through int16)
 Plots (all of the above): ``pyplot`` (matplotlib on Agg), ``predicted_watermark``, ``save_figure``.
+Re-plotting from committed results (no GPU, no measurement): ``add_replot_arg`` (the --replot flag) and
+``load_results`` (experiments/results/<name>.json, or another results folder).
 
 The scripts run as ``python3 experiments/X.py`` and are loaded from their file by cuflash/cli.py and the
 tests, so each puts this folder on sys.path before ``from _common import ...``.
@@ -141,12 +143,37 @@ def predicted_watermark(fig, label):
                  va="center", rotation=15)
 
 
-def save_figure(fig, path, dpi=120, mkdir=True):
-    """Lay out, save (creating the folder when ``mkdir``) and close ``fig``."""
+def save_figure(fig, path, dpi=120, mkdir=True, rect=None):
+    """Lay out (inside ``rect``, figure fraction, when given), save (creating the folder when ``mkdir``) and
+    close ``fig``."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    fig.tight_layout() if rect is None else fig.tight_layout(rect=rect)
     if mkdir:
         path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------ replot
+def add_replot_arg(ap, name):
+    """The --replot flag: redraw the figure from ``experiments/results/<name>.json`` only (no GPU, exit 0)."""
+    ap.add_argument("--replot", action="store_true",
+                    help=f"only redraw the plot from experiments/results/{name}.json (its rows); no GPU, "
+                         f"no measurement, nothing written but the PNG")
+
+
+def load_results(name, folder=None):
+    """The results document (``environment``, ``meta``, ``rows``) of ``<folder>/<name>.json`` (default:
+    cuflash.bench.RESULTS, i.e. experiments/results). ``meta`` is always a dict."""
+    import json
+
+    from cuflash import bench
+
+    path = Path(folder or bench.RESULTS) / f"{name}.json"
+    doc = json.loads(path.read_text())
+    if not isinstance(doc.get("meta"), dict):
+        doc["meta"] = {}
+    doc.setdefault("rows", [])
+    print(f"replot: {len(doc['rows'])} rows from {path}")
+    return doc

@@ -18,6 +18,9 @@ After Micikevicius et al., *Mixed Precision Training* (ICLR 2018):
      underflowed to exactly zero.
 
     python experiments/amp_training.py [--quick] [--model-only]
+    python experiments/amp_training.py --replot    # redraw plots/amp_training.png from the results JSON
+
+Figure panels: (a), (b), (c) as above and (d) the loss-scale trajectory of the (c) run with dynamic loss scaling.
 """
 from __future__ import annotations
 
@@ -26,11 +29,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/_common.py
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from _common import add_replot_arg, load_results  # noqa: E402
 from cuflash import bench  # noqa: E402
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
@@ -246,7 +251,10 @@ def main(argv=None):
     ap.add_argument("--growth-interval", type=int, default=None,
                     help="clean steps before the scale doubles (default 200; 50 with --quick; torch uses 2000)")
     ap.add_argument("--seed", type=int, default=0)
+    add_replot_arg(ap, "amp_training")
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot()
     args.steps = args.steps or (300 if args.quick else 2000)
     args.growth_interval = args.growth_interval or (50 if args.quick else 200)
     gpu = not args.model_only and bench.has_gpu()
@@ -273,6 +281,26 @@ def main(argv=None):
     if gpu:
         ok = ok and a["gpu"]["copy_is_rounded_master"] and a["gpu"]["fp16_weights"] == 1.0
     return 0 if ok else 1
+
+
+def replot():
+    """Redraw the figure from experiments/results/amp_training.json: (a)'s trajectories are the NumPy model
+    (deterministic, CPU) with the recorded GPU point from ``meta``, (b) and (c) the recorded rows."""
+    import argparse as _ap
+
+    doc = load_results("amp_training")
+    meta, rows = doc["meta"], doc["rows"]
+    traj, _ = part_a(int(meta.get("a", {}).get("steps", 1000)), False)
+    a = meta.get("a") or _
+    b = [{k: v for k, v in r.items() if k != "part"} for r in rows if r.get("part") == "b"]
+    curves = {}
+    for r in sorted((r for r in rows if r.get("part") == "c_curve"), key=lambda r: r["step"]):
+        rec = curves.setdefault(r["variant"], {"loss": [], "scale": [], "overflow": [], "underflow_frac": []})
+        for k in rec:
+            rec[k].append(r[k])
+    args = _ap.Namespace(**{"batch": 4096, "lr": 0.2, "growth_interval": 200, **meta.get("args", {})})
+    plot(traj, a, b, curves, args)
+    return 0
 
 
 def plot(traj, a, b, curves, args):
@@ -336,10 +364,12 @@ def plot(traj, a, b, curves, args):
             if nm.startswith("float16"):
                 ax2.plot(r["underflow_frac"], lw=0.8, alpha=0.6, label=f"underflow frac, {nm}")
         ax2.set_ylabel("fraction of hidden-gradient entries flushed to 0")
-        ax2.legend(fontsize=7, loc="lower right")
+        ax2.legend(fontsize=7, loc="center right")
         ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(f"(c) dynamic loss scale (growth x2 after {args.growth_interval} clean steps, x0.5 on overflow)",
-                 fontsize=10)
+    else:
+        ax.text(0.5, 0.5, "(d) needs the (c) GPU run", ha="center", transform=ax.transAxes)
+    ax.set_title(f"(d) loss-scale trajectory of (c) float16 + dynamic scaling\n(x2 after {args.growth_interval} "
+                 f"clean steps, x0.5 on overflow)", fontsize=10)
     ax.set_xlabel("step")
     ax.set_ylabel("log2 scale")
     ax.grid(alpha=0.3)
@@ -347,6 +377,7 @@ def plot(traj, a, b, curves, args):
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
     out = bench.PLOTS / "amp_training.png"
     fig.savefig(out, dpi=110)
+    plt.close(fig)
     print("wrote", out)
 
 

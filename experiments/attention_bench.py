@@ -9,6 +9,7 @@ Writes experiments/results/attention_bench.json|csv and plots/attention_tflops.p
 
     python experiments/attention_bench.py            # full sweep
     python experiments/attention_bench.py --quick    # seqlen 1K and 4K, bf16 only
+    python experiments/attention_bench.py --replot   # redraw plots/attention_tflops.png from the results JSON
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_shape_args, half_to_torch as to_torch, pyplot, sample_ref, save_figure, sdpa_peers  # noqa: E402
+from _common import add_replot_arg, add_shape_args, half_to_torch as to_torch, load_results, pyplot, sample_ref, save_figure, sdpa_peers  # noqa: E402,E501
 
 TOKENS, HIDDEN = 16384, 2048
 
@@ -39,6 +40,7 @@ def parse_args(argv):
     ap.add_argument("--no-wgmma", action="store_true", help="skip the Hopper wgmma schedule column")
     ap.add_argument("--quick", action="store_true", help="seqlen 1K and 4K, bfloat16, rep 20")
     ap.add_argument("--name", default="attention_bench")
+    add_replot_arg(ap, "attention_bench")
     a = ap.parse_args(argv)
     if a.quick:
         a.seqlens, a.dtypes, a.rep, a.warmup = [1024, 4096], ["bfloat16"], 20, 3
@@ -50,6 +52,10 @@ def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     from cuflash import bench
 
+    if a.replot:
+        plot(load_results(a.name)["rows"], bench.PLOTS / "attention_tflops.png")
+        print("wrote", bench.PLOTS / "attention_tflops.png")
+        return 0
     if not bench.has_gpu():
         print("attention_bench: no CUDA device visible (run on the GPU machine)")
         return 2
@@ -133,34 +139,52 @@ def main(argv=None) -> int:
     return 0
 
 
+IMPLS = (("cuflash_tflops", "C0", "cuflash FA-2"), ("wgmma_tflops", "C3", "cuflash wgmma"),
+         ("torch_flash_tflops", "C1", "torch FLASH"), ("torch_cudnn_tflops", "C2", "torch cuDNN"))
+DTYPE_LS = (("bfloat16", "-"), ("float16", (0, (5, 2.5))))
+
+
 def plot(rows, path):
+    """TFLOP/s against seqlen, one panel per (mask, head_dim): colour = implementation, line style = dtype;
+    one figure legend in two parts (implementation colours, dtype line styles drawn with long handles)."""
     plt = pyplot()
+    from matplotlib.lines import Line2D
 
     dims = sorted({r["head_dim"] for r in rows})
     masks = sorted({r["causal"] for r in rows})
-    fig, axes = plt.subplots(len(masks), len(dims), figsize=(5.5 * len(dims), 4 * len(masks)), squeeze=False)
+    fig, axes = plt.subplots(len(masks), len(dims), figsize=(5.5 * len(dims), 4 * len(masks) + 0.6),
+                             squeeze=False)
+    seen_impl, seen_dt = [], []
     for i, causal in enumerate(masks):
         for j, d in enumerate(dims):
             ax = axes[i][j]
-            for dn, ls in (("bfloat16", "-"), ("float16", "--")):
+            for dn, ls in DTYPE_LS:
                 rs = sorted([r for r in rows if r["head_dim"] == d and r["causal"] == causal and r["dtype"] == dn],
                             key=lambda r: r["seqlen"])
                 if not rs:
                     continue
-                for key, c, lab in (("cuflash_tflops", "C0", "cuflash FA-2"), ("torch_flash_tflops", "C1", "torch FLASH"),
-                                    ("torch_cudnn_tflops", "C2", "torch cuDNN"), ("wgmma_tflops", "C3", "cuflash wgmma")):
+                for key, c, lab in IMPLS:
                     pts = [(r["seqlen"], r[key]) for r in rs if r.get(key)]
                     if pts:
-                        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, color=c, marker="o", ms=3,
-                                label=f"{lab} {dn}")
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, color=c, marker="o", ms=3,
+                                lw=1.4)
+                        seen_impl += [] if key in seen_impl else [key]
+                        seen_dt += [] if dn in seen_dt else [dn]
             ax.set_xscale("log", base=2)
             ax.set_xlabel("seqlen")
             ax.set_ylabel("TFLOP/s")
             ax.set_title(f"head_dim {d}, {'causal' if causal else 'no mask'}", fontsize=9)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
+    h_impl = [Line2D([], [], color=c, lw=2.5, label=lab) for key, c, lab in IMPLS if key in seen_impl]
+    h_dt = [Line2D([], [], color="0.25", ls=ls, lw=1.6, label=dn) for dn, ls in DTYPE_LS if dn in seen_dt]
+    bottom = 0.6 / (4 * len(masks) + 0.6)
+    leg = fig.legend(handles=h_impl, title="implementation (colour)", loc="lower center", ncol=len(h_impl),
+                     fontsize=8, title_fontsize=8, bbox_to_anchor=(0.36, 0.0), frameon=False)
+    fig.add_artist(leg)
+    fig.legend(handles=h_dt, title="dtype (line style)", loc="lower center", ncol=len(h_dt), fontsize=8,
+               title_fontsize=8, bbox_to_anchor=(0.82, 0.0), handlelength=4.5, frameon=False)
     fig.suptitle("attention forward, 16K tokens, hidden 2048", fontsize=10)
-    save_figure(fig, path)
+    save_figure(fig, path, rect=(0, bottom, 1, 1))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ backward >= 0.8, never slower than torch or Triton beside it. Error: max |y - fl
 rows.
 
     python experiments/norm_sweep.py [--quick] [--mib 256] [--hiddens 1024,...] [--dtypes float32,bfloat16]
+    python experiments/norm_sweep.py --replot     # redraw plots/norm_bandwidth.png from the results JSON
 
-Writes experiments/results/norm_sweep.json|csv and plots/norm_bandwidth.png. Without a GPU: one line, exit 2.
+Writes experiments/results/norm_sweep.json|csv and plots/norm_bandwidth.png. Without a GPU: one line, exit 2
+(``--replot`` needs no GPU and exits 0).
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
+
+from _common import add_replot_arg, load_results  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -44,6 +50,7 @@ def parse_args(argv=None):
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument("--name", default="norm_sweep")
+    add_replot_arg(ap, "norm_sweep")
     a = ap.parse_args(argv)
     if a.quick:
         a.mib, a.hiddens = 64.0, "1024,8192,32768"
@@ -109,6 +116,13 @@ def triton_peers():
 
 def main(argv=None):
     a = parse_args(argv)
+    if a.replot:
+        doc = load_results(a.name)
+        rows = doc["rows"]
+        copy_gbps = doc["meta"].get("copy_GBps") or max(r["GBps"] for r in rows if r["impl"] == "copy")
+        plot(rows, copy_gbps, None, list(dict.fromkeys(r["kind"] for r in rows)),
+             list(dict.fromkeys(r["op"] for r in rows)))
+        return 0
     if not bench.has_gpu():
         print("norm_sweep: no CUDA device visible to CuPy; nothing to measure (run it on the GPU machine)")
         return 2
@@ -262,37 +276,66 @@ def main(argv=None):
     return 0
 
 
+# one fixed colour / line style / marker per implementation, the same in every panel (and in the one legend)
+IMPL_STYLE = {
+    ("cuflash", "layer"): dict(color="C0", ls="-", marker="o", label="cuflash LayerNorm"),
+    ("cuflash", "rms"): dict(color="C3", ls="-", marker="D", label="cuflash RMSNorm"),
+    ("torch", "layer"): dict(color="C1", ls="--", marker="s", label="torch LayerNorm"),
+    ("torch", "rms"): dict(color="C4", ls="--", marker="s", label="torch RMSNorm"),
+    ("triton", "layer"): dict(color="C2", ls=":", marker="^", label="triton LayerNorm"),
+    ("triton", "rms"): dict(color="C5", ls=":", marker="^", label="triton RMSNorm"),
+    ("copy", None): dict(color="0.45", ls="-.", marker="x", label="copy of the op's bytes (same run)"),
+}
+
+
 def plot(rows, copy_gbps, dtypes, kinds, ops):
+    """GB/s against hidden, one panel per (dtype, op); ``dtypes`` is unused (the rows name them)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     dnames = sorted({r["dtype"] for r in rows})
-    fig, axes = plt.subplots(len(dnames), len(ops), figsize=(5 * len(ops), 3.6 * len(dnames)), squeeze=False)
-    styles = {"cuflash": "-o", "torch": "--s", "triton": ":^", "copy": "-."}
+    fig, axes = plt.subplots(len(dnames), len(ops), figsize=(5 * len(ops), 3.6 * len(dnames) + 0.6),
+                             squeeze=False)
+    present = set()
     for i, dn in enumerate(dnames):
         for j, op in enumerate(ops):
             ax = axes[i][j]
-            for kind in kinds:
-                for impl in ("cuflash", "torch", "triton"):
-                    pts = sorted((r["hidden"], r["GBps"]) for r in rows
-                                 if r["dtype"] == dn and r["op"] == op and r["kind"] == kind and r["impl"] == impl)
-                    if pts:
-                        ax.plot(*zip(*pts), styles[impl], label=f"{impl} {kind}", alpha=0.85)
-            ax.axhline(copy_gbps, color="k", lw=0.8, label="copy")
-            ax.axhline(copy_gbps * (0.9 if op != "bwd" else 0.8), color="k", lw=0.6, ls=":", label="target")
+            for (impl, kind), st in IMPL_STYLE.items():
+                if kind is not None and kind not in kinds:
+                    continue
+                sel = [r for r in rows if r["dtype"] == dn and r["op"] == op and r["impl"] == impl
+                       and (kind is None or r["kind"] == kind)]
+                if not sel:
+                    continue
+                by_h = {}
+                for r in sel:  # the copy is timed once per kind: one point per hidden (mean of those)
+                    by_h.setdefault(r["hidden"], []).append(r["GBps"])
+                pts = sorted((h, float(np.mean(v))) for h, v in by_h.items())
+                ax.plot(*zip(*pts), color=st["color"], ls=st["ls"], marker=st["marker"], ms=5, alpha=0.9)
+                present.add((impl, kind))
+            ax.axhline(copy_gbps, color="k", lw=0.8)
+            ax.axhline(copy_gbps * (0.9 if op != "bwd" else 0.8), color="k", lw=0.6, ls=":")
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{op} {dn}")
+            ax.set_title(f"{op} {dn}" + ("  (torch: unfused x + r, then norm)" if op == "fwd_res" else "")
+                         + ("  (torch: autograd)" if op == "bwd" else ""), fontsize=9)
             ax.set_xlabel("hidden")
             ax.set_ylabel("GB/s (bytes the op must move)")
             ax.set_ylim(0, copy_gbps * 1.1)
-            if i == 0 and j == 0:
-                ax.legend(fontsize=7)
-    fig.suptitle("LayerNorm / RMSNorm bandwidth, ~same input size per point")
-    fig.tight_layout()
+            ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=st["color"], ls=st["ls"], marker=st["marker"], ms=5, label=st["label"])
+               for key, st in IMPL_STYLE.items() if key in present]
+    handles += [Line2D([], [], color="k", lw=0.8, label=f"copy, 1 GiB ({copy_gbps:.0f} GB/s)"),
+                Line2D([], [], color="k", lw=0.6, ls=":", label="target (0.9 x copy fwd, 0.8 x copy bwd)")]
+    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=8, frameon=False)
+    fig.suptitle("LayerNorm / RMSNorm bandwidth, ~same input size per point (one colour per implementation, "
+                 "all panels)")
+    fig.tight_layout(rect=(0, 0.6 / (3.6 * len(dnames) + 0.6), 1, 1))
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(bench.PLOTS / "norm_bandwidth.png", dpi=120)
+    plt.close(fig)
     print("wrote", bench.PLOTS / "norm_bandwidth.png")
 
 

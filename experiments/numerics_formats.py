@@ -8,6 +8,7 @@ bfloat16 keeps float32's range with 8 bits of precision; float16 trades range fo
 Pure CPU (no GPU needed).
 
     python experiments/numerics_formats.py [--quick]
+    python experiments/numerics_formats.py --replot   # redraw plots/numerics_formats.png from the results JSON
 """
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/_common.py
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from _common import add_replot_arg, load_results  # noqa: E402
 from cuflash import bench, numerics  # noqa: E402
 
 
@@ -33,7 +36,11 @@ def finfo(dt):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke size (the table is the same; kept for symmetry)")
-    ap.parse_args(argv)
+    add_replot_arg(ap, "numerics_formats")
+    args = ap.parse_args(argv)
+    if args.replot:
+        plot(load_results("numerics_formats")["rows"])
+        return 0
     rows = []
     for name, dt in tqdm(list(numerics.FORMATS.items()), desc="formats"):
         info = numerics.format_info(dt)
@@ -76,12 +83,15 @@ def plot(rows):
     ax.set_ylabel("precision p = mantissa bits + 1")
     ax.set_title("Floating-point formats: range against precision")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center right")
+    # the legend sits in the empty band between float32 (p = 24) and float16 (p = 11), clear of every bar and label
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(0.01, 0.66))
     ax.set_xlim(-160, 175)
+    ax.set_ylim(1, 26)  # room for the labels of the top and bottom bars
     fig.tight_layout()
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
     out = bench.PLOTS / "numerics_formats.png"
     fig.savefig(out, dpi=130)
+    plt.close(fig)
     print("wrote", out)
 
 

@@ -15,6 +15,7 @@ With a GPU, ``cuflash.layer_norm(..., eps=0, return_stats=True)`` (float32 Welfo
 (var = 1/rstd^2). The model part runs on the CPU.
 
     python experiments/numerics_variance.py [--quick] [--model-only]
+    python experiments/numerics_variance.py --replot   # redraw plots/numerics_variance.png from the results JSON
 """
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/_common.py
 
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from _common import add_replot_arg, load_results  # noqa: E402
 from cuflash import bench, numerics  # noqa: E402
 
 METHODS = ("sumsq", "two_pass", "welford")
@@ -48,7 +51,10 @@ def main(argv=None):
     ap.add_argument("--model-only", action="store_true", help="NumPy emulation only (no GPU needed)")
     ap.add_argument("--n", type=int, default=None, help="row length (default 1024; 256 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
+    add_replot_arg(ap, "numerics_variance")
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot()
     n = args.n or (256 if args.quick else 1024)
     reps = 2 if args.quick else 8
     ratios = np.logspace(0, 7, 15 if args.quick else 29)
@@ -107,19 +113,46 @@ def main(argv=None):
     return 0
 
 
+def replot():
+    """Redraw the figure from experiments/results/numerics_variance.json (curves rebuilt from its rows)."""
+    doc = load_results("numerics_variance")
+    rows = doc["rows"]
+    ratios = np.array(sorted({r["mean_over_std"] for r in rows}))
+    curves = {}
+    for r in rows:
+        key = (r["backend"], r["method"], r["input_dtype"], r["arith_dtype"])
+        curves.setdefault(key, {})[r["mean_over_std"]] = r["max_rel_err_var"]
+    out = {}
+    for (be, m, idt, adt), pts in curves.items():
+        w = np.array([np.nan if pts.get(x) is None else pts[x] for x in ratios], dtype=np.float64)
+        out[f"{be} {m} in={idt} arith={adt}"] = (be, m, idt, adt, w)
+    plot(ratios, out, doc["meta"].get("n") or rows[0]["n"])
+    return 0
+
+
 def plot(ratios, curves, n):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.5, 5))
+    fig, ax = plt.subplots(figsize=(11.5, 5.2))
     color = {"sumsq": "C3", "two_pass": "C0", "welford": "C2", "layer_norm": "k"}
     style = {("float32", "float32"): "-", ("float16", "float32"): "--", ("float16", "float16"): ":"}
+    gpu_marker = {"float32": dict(marker="o", mfc="k"), "float16": dict(marker="s", mfc="none")}
+    labels = set()
     for label, (be, m, idt, adt, w) in curves.items():
         y = np.where(np.isinf(w), 1e3, np.maximum(w, 1e-10))
-        kw = dict(marker="o", ms=4, lw=0) if be == "gpu" else dict(ls=style[(idt, adt)])
-        ax.plot(ratios, y, color=color[m], label=label.replace("model ", ""), **kw)
+        if be == "gpu":
+            kw = dict(ms=5, lw=0, mec="k", **gpu_marker.get(idt, dict(marker="D", mfc="none")))
+            lab = f"GPU layer_norm (fp32 Welford) in={idt}"
+        else:
+            kw = dict(ls=style[(idt, adt)])
+            lab = f"{m} in={idt} arith={adt}"
+        if lab in labels or np.isnan(w).all():  # one legend entry per curve; empty curves not listed
+            lab = "_nolegend_" if lab in labels else f"{lab} (no finite points)"
+        labels.add(lab)
+        ax.plot(ratios, y, color=color[m], label=lab, **kw)
     u = 2.0 ** -24
     ax.plot(ratios, u * ratios ** 2, color="0.5", lw=0.8, label=r"$u\,(\mu/\sigma)^2$ (sumsq theory, fp32)")
     ax.axhline(1.0, color="0.3", lw=0.6)
@@ -130,11 +163,17 @@ def plot(ratios, curves, n):
     ax.set_ylabel("max relative error of the variance (1e3: inf/NaN)")
     ax.set_title(f"LayerNorm statistics, rows of n={n}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    h, lab = ax.get_legend_handles_labels()
+    seen = {}
+    for hh, ll in zip(h, lab):  # dedupe by label, keep the first handle
+        seen.setdefault(ll, hh)
+    ax.legend(list(seen.values()), list(seen.keys()), fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0)
     fig.tight_layout()
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
     out = bench.PLOTS / "numerics_variance.png"
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")  # keeps the legend outside the axes in the image
+    plt.close(fig)
     print("wrote", out)
 
 

@@ -22,6 +22,7 @@ status stays 2 (no measurement was made); with an explicit ``--predict`` it is 0
     python experiments/tile_sweep.py --quick            # smoke size
     python experiments/tile_sweep.py --ncu --causal     # with measured DRAM bytes, causal mask
     python experiments/tile_sweep.py --predict [--gpu H200] [--out DIR]   # model only, no GPU use
+    python experiments/tile_sweep.py --replot [--predict]   # redraw the plot from the results JSON (exit 0)
     cuflash sweep [same args]
 """
 from __future__ import annotations
@@ -43,7 +44,7 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import output_dirs, pyplot, save_figure  # noqa: E402
+from _common import add_replot_arg, load_results, output_dirs, pyplot, save_figure  # noqa: E402
 
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
 
@@ -83,6 +84,7 @@ def parse_args(argv):
     ap.add_argument("--out", default=None, help="results folder (default experiments/results); plots go to "
                                                 "OUT/plots unless --plots")
     ap.add_argument("--plots", default=None)
+    add_replot_arg(ap, "attention_tile_sweep (with --predict: attention_tile_sweep_predicted)")
     a = ap.parse_args(argv)
     if a.quick:
         a.batch, a.heads, a.seqlen, a.rep, a.warmup = 1, 4, 1024, 20, 2
@@ -227,6 +229,8 @@ def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     from cuflash import bench
 
+    if a.replot:
+        return replot(a)
     gpu = False if a.predict else bench.has_gpu()
     if not gpu:
         if not a.predict:
@@ -297,13 +301,77 @@ def main(argv=None) -> int:
     return 0
 
 
+def replot(a) -> int:
+    """Redraw ``plots/<name>.png`` (``<name>_predicted`` with --predict) from the results JSON; no GPU use."""
+    import argparse as _ap
+
+    plots = output_dirs(a)
+    name = f"{a.name}_predicted" if a.predict else a.name
+    doc = load_results(name, a.out)
+    rows = doc["rows"]
+    if not rows:
+        print(f"tile_sweep: no rows in {name}.json")
+        return 1
+    r0 = rows[0]
+    shape = _ap.Namespace(batch=r0["batch"], heads=r0["heads"], seqlen=r0["seqlen"], dtype=r0["dtype"],
+                          causal=r0["causal"])
+    if a.predict or r0.get("mode") == "predicted":
+        plot(rows, shape, plots / f"{name}.png", time_key="ms",
+             predicted_for=r0.get("predicted_for") or doc["meta"].get("gpu_table") or a.gpu)
+    else:
+        plot(rows, shape, plots / f"{name}.png")
+    print(f"wrote {plots / (name + '.png')}")
+    return 0
+
+
+def _place_labels(ax, pts, texts, box=(78, 24)):
+    """Greedy label placement (adjustText-like, no dependency): for each point, in order, the first offset
+    (in points) from a fixed candidate list whose label box stays inside the axes and overlaps neither an
+    earlier label nor a marker; a thin leader line joins every label to its point. ``pts`` in data
+    coordinates; ``texts`` (label, is_default) pairs."""
+    fig = ax.figure
+    fig.canvas.draw()  # fix the limits / transforms
+    to_pt = 72.0 / fig.dpi
+    disp = [ax.transData.transform(p) * to_pt for p in pts]  # display points (1/72 in)
+    (x0, y0), (x1, y1) = ax.transAxes.transform([(0, 0), (1, 1)]) * to_pt
+    w, h = box
+    cands = [(10, 8), (10, -h - 8), (-w - 10, 8), (-w - 10, -h - 8)]
+    for k in range(1, 4):
+        cands += [(10, 8 + k * (h + 6)), (10, -h - 8 - k * (h + 6)), (-w - 10, 8 + k * (h + 6)),
+                  (-w - 10, -h - 8 - k * (h + 6))]
+    taken = [(x - 5, y - 5, x + 5, y + 5) for x, y in disp]  # the markers themselves
+
+    def free(bx):
+        inside = bx[0] >= x0 + 2 and bx[2] <= x1 - 2 and bx[1] >= y0 + 2 and bx[3] <= y1 - 2
+        return inside and all(bx[2] <= t[0] or bx[0] >= t[2] or bx[3] <= t[1] or bx[1] >= t[3] for t in taken)
+
+    order = sorted(range(len(pts)), key=lambda i: (disp[i][0], disp[i][1]))
+    for i in order:
+        x, y = disp[i]
+        for dx, dy in cands:
+            bx = (x + dx, y + dy, x + dx + w, y + dy + h)
+            if free(bx):
+                break
+        else:
+            dx, dy = cands[0]
+            bx = (x + dx, y + dy, x + dx + w, y + dy + h)
+        taken.append(bx)
+        ax.annotate(texts[i][0], pts[i], xytext=(dx, dy), textcoords="offset points", fontsize=7, ha="left",
+                    va="bottom", fontweight="bold" if texts[i][1] else "normal",
+                    color="C3" if texts[i][1] else "black",
+                    arrowprops=dict(arrowstyle="-", lw=0.6, color="0.45", shrinkA=1, shrinkB=4))
+
+
 def plot(rows, a, path, time_key="median_ms", predicted_for=None):
-    """HBM bytes against time, one labelled point per configuration; ``predicted_for`` (a GPU table name)
-    marks the figure PREDICTED and ``time_key`` names the time column ("ms" for predicted rows)."""
+    """HBM bytes against time, one panel per head_dim, one labelled point per configuration (label:
+    Br x Bc / warps and TFLOP/s, staggered so none overlaps; the default tile a red star, bold red label);
+    ``predicted_for`` (a GPU table name) marks the figure PREDICTED and ``time_key`` names the time column
+    ("ms" for predicted rows)."""
     plt = pyplot()
 
     dims = sorted({r["head_dim"] for r in rows})
-    fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(dims), figsize=(7 * len(dims), 5.2), squeeze=False)
+    labels = []
     for ax, d in zip(axes[0], dims):
         rs = [r for r in rows if r["head_dim"] == d]
         for key, marker, label in (("model_bytes", "o", "modeled HBM bytes"),
@@ -313,36 +381,46 @@ def plot(rows, a, path, time_key="median_ms", predicted_for=None):
                 continue
             ax.scatter([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker=marker, label=label,
                        facecolors="none" if key == "ncu_dram_bytes" else None,
-                       edgecolors="C1" if key == "ncu_dram_bytes" else None)
+                       edgecolors="C1" if key == "ncu_dram_bytes" else None, zorder=3)
+        dflt = [r for r in rs if r["default"]]
+        if dflt:
+            ax.scatter([r[time_key] for r in dflt], [r["model_bytes"] / 1e6 for r in dflt], marker="*", s=220,
+                       color="C3", edgecolors="k", linewidths=0.6, zorder=4, label="default tile")
         if predicted_for is None:
-            for r in rs:
-                ax.annotate(f"{r['Br']}x{r['Bc']}/{r['warps']}w{'*' if r['default'] else ''}\n{r['tflops']:.0f} TF/s",
-                            (r[time_key], r["model_bytes"] / 1e6), fontsize=7, xytext=(4, 3),
-                            textcoords="offset points")
+            pts = [(r[time_key], r["model_bytes"] / 1e6) for r in rs]
+            texts = [(f"{r['Br']}x{r['Bc']}/{r['warps']}w{' (default)' if r['default'] else ''}\n"
+                      f"{r['tflops']:.0f} TFLOP/s", r["default"]) for r in rs]
         else:  # the model gives configurations of one Br the same point: one label listing them all
             groups = {}
             for r in rs:
                 groups.setdefault((round(r[time_key], 9), r["model_bytes"]), []).append(r)
+            pts, texts = [], []
             for (t, mb), grp in groups.items():
                 names = ", ".join(f"{r['Br']}x{r['Bc']}/{r['warps']}w{'*' if r['default'] else ''}" for r in grp)
-                ax.annotate(f"{names}\n{grp[0]['tflops']:.0f} TF/s ({grp[0].get('bound', '')}-bound)",
-                            (t, mb / 1e6), fontsize=7, xytext=(4, 3), textcoords="offset points")
-            ax.margins(x=0.35, y=0.15)
+                pts.append((t, mb / 1e6))
+                texts.append((f"{names}\n{grp[0]['tflops']:.0f} TF/s ({grp[0].get('bound', '')}-bound)",
+                              any(r["default"] for r in grp)))
+        ax.margins(x=0.3 if predicted_for is not None else 0.2, y=0.25)
         ax.set_xlabel("runtime (ms, median)" if predicted_for is None else
                       f"predicted runtime (ms, roofline for {predicted_for})")
-        ax.set_ylabel("HBM traffic (MB)")
+        ax.set_ylabel("HBM traffic (MB, model)")
         ax.set_title(f"head_dim {d}: B={a.batch} H={a.heads} N={a.seqlen} {a.dtype}"
                      f"{' causal' if a.causal else ''}", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    title = "FA-2 forward tile sweep: one point per (Br, Bc, warps) (* = default)"
+        labels.append((ax, pts, texts, (78, 24) if predicted_for is None else (150, 24)))
+    title = "FA-2 forward tile sweep: one point per (Br, Bc, warps), label = tile and TFLOP/s (red star = default)"
     if predicted_for is not None:
         title = (f"FA-2 forward tile sweep — PREDICTED (model, no GPU) for {predicted_for}: one point per "
                  f"(Br, Bc, warps), the model puts configurations of one Br on the same point (* = default)")
         fig.text(0.5, 0.5, "PREDICTED (model, no GPU)", color="red", alpha=0.18, fontsize=32, ha="center",
                  va="center", rotation=15)
     fig.suptitle(title, fontsize=10)
-    save_figure(fig, path)
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=max(1, len(lab)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))  # the final axes geometry before the labels are placed
+    for ax, pts, texts, box in labels:
+        _place_labels(ax, pts, texts, box)
+    save_figure(fig, path, rect=(0, 0.05, 1, 1))
 
 
 if __name__ == "__main__":
