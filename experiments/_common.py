@@ -155,6 +155,37 @@ def save_figure(fig, path, dpi=120, mkdir=True, rect=None):
     plt.close(fig)
 
 
+def plot_tflops_grid(rows, series, path, ylabel, title):
+    """TFLOP/s against seqlen, one panel per (causal, head_dim), bfloat16 solid and float16 dashed.
+
+    ``series``: (row key, colour, label) per line; a row without the key (or with None) is left out.
+    """
+    plt = pyplot()
+
+    dims = sorted({r["head_dim"] for r in rows})
+    masks = sorted({r["causal"] for r in rows})
+    fig, axes = plt.subplots(len(masks), len(dims), figsize=(5.5 * len(dims), 4 * len(masks)), squeeze=False)
+    for i, causal in enumerate(masks):
+        for j, d in enumerate(dims):
+            ax = axes[i][j]
+            for dn, ls in (("bfloat16", "-"), ("float16", "--")):
+                rs = sorted([r for r in rows if r["head_dim"] == d and r["causal"] == causal and r["dtype"] == dn],
+                            key=lambda r: r["seqlen"])
+                for key, c, lab in series:
+                    pts = [(r["seqlen"], r[key]) for r in rs if r.get(key)]
+                    if pts:
+                        ax.plot([x for x, _ in pts], [y for _, y in pts], ls, color=c, marker="o", ms=3,
+                                label=f"{lab} {dn}")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("seqlen")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"head_dim {d}, {'causal' if causal else 'no mask'}", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=10)
+    save_figure(fig, path)
+
+
 # ------------------------------------------------------------------------------------------ replot
 def add_replot_arg(ap, name):
     """The --replot flag: redraw the figure from ``experiments/results/<name>.json`` only (no GPU, exit 0)."""

@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_shape_args, half_to_torch, pyplot, save_figure, sdpa_peers  # noqa: E402
+from _common import add_shape_args, half_to_torch, plot_tflops_grid, sdpa_peers  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 
@@ -208,35 +208,11 @@ def main(argv=None) -> int:
 
 
 def plot(rows, path):
-    plt = pyplot()
-
-    dims = sorted({r["head_dim"] for r in rows})
-    masks = sorted({r["causal"] for r in rows})
-    fig, axes = plt.subplots(len(masks), len(dims), figsize=(5.5 * len(dims), 4 * len(masks)), squeeze=False)
-    for i, causal in enumerate(masks):
-        for j, d in enumerate(dims):
-            ax = axes[i][j]
-            for dn, ls in (("bfloat16", "-"), ("float16", "--")):
-                rs = sorted([r for r in rows if r["head_dim"] == d and r["causal"] == causal and r["dtype"] == dn],
-                            key=lambda r: r["seqlen"])
-                if not rs:
-                    continue
-                for key, c, lab in (("cuflash_fwdbwd_tflops", "C0", "cuflash fwd+bwd"),
-                                    ("cuflash_bwd_tflops", "C3", "cuflash bwd"),
-                                    ("torch_flash_fwdbwd_tflops", "C1", "torch FLASH fwd+bwd"),
-                                    ("torch_cudnn_fwdbwd_tflops", "C2", "torch cuDNN fwd+bwd")):
-                    pts = [(r["seqlen"], r[key]) for r in rs if r.get(key)]
-                    if pts:
-                        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, color=c, marker="o", ms=3,
-                                label=f"{lab} {dn}")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("seqlen")
-            ax.set_ylabel("TFLOP/s (fwd+bwd: 3.5x fwd FLOPs, bwd: 2.5x)")
-            ax.set_title(f"head_dim {d}, {'causal' if causal else 'no mask'}", fontsize=9)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
-    fig.suptitle("attention forward + backward, 16K tokens, hidden 2048", fontsize=10)
-    save_figure(fig, path)
+    plot_tflops_grid(rows, (("cuflash_fwdbwd_tflops", "C0", "cuflash fwd+bwd"), ("cuflash_bwd_tflops", "C3", "cuflash bwd"),
+                            ("torch_flash_fwdbwd_tflops", "C1", "torch FLASH fwd+bwd"),
+                            ("torch_cudnn_fwdbwd_tflops", "C2", "torch cuDNN fwd+bwd")),
+                     path, "TFLOP/s (fwd+bwd: 3.5x fwd FLOPs, bwd: 2.5x)",
+                     "attention forward + backward, 16K tokens, hidden 2048")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_shape_args, half_to_torch as to_torch, pyplot, sample_ref, save_figure, sdpa_peers  # noqa: E402
+from _common import add_shape_args, half_to_torch as to_torch, plot_tflops_grid, sample_ref, sdpa_peers  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 
@@ -268,31 +268,9 @@ def main(argv=None) -> int:
 
 
 def plot(rows, path):
-    plt = pyplot()
-
-    dims = sorted({r["head_dim"] for r in rows})
-    masks = sorted({r["causal"] for r in rows})
-    fig, axes = plt.subplots(len(masks), len(dims), figsize=(5.5 * len(dims), 4 * len(masks)), squeeze=False)
-    for i, causal in enumerate(masks):
-        for j, d in enumerate(dims):
-            ax = axes[i][j]
-            for dn, ls in (("bfloat16", "-"), ("float16", "--")):
-                rs = sorted([r for r in rows if r["head_dim"] == d and r["causal"] == causal and r["dtype"] == dn],
-                            key=lambda r: r["seqlen"])
-                for key, c, lab in (("sm90_tflops", "C3", "cuflash sm90"), ("fa2_tflops", "C0", "cuflash FA-2"),
-                                    ("torch_cudnn_tflops", "C2", "cuDNN"), ("torch_flash_tflops", "C1", "torch FLASH")):
-                    pts = [(r["seqlen"], r[key]) for r in rs if r.get(key)]
-                    if pts:
-                        ax.plot([x for x, _ in pts], [y for _, y in pts], ls, color=c, marker="o", ms=3,
-                                label=f"{lab} {dn}")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("seqlen")
-            ax.set_ylabel("TFLOP/s")
-            ax.set_title(f"head_dim {d}, {'causal' if causal else 'no mask'}", fontsize=9)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
-    fig.suptitle("attention forward on Hopper, 16K tokens, hidden 2048", fontsize=10)
-    save_figure(fig, path)
+    plot_tflops_grid(rows, (("sm90_tflops", "C3", "cuflash sm90"), ("fa2_tflops", "C0", "cuflash FA-2"),
+                            ("torch_cudnn_tflops", "C2", "cuDNN"), ("torch_flash_tflops", "C1", "torch FLASH")),
+                     path, "TFLOP/s", "attention forward on Hopper, 16K tokens, hidden 2048")
 
 
 if __name__ == "__main__":
