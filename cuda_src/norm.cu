@@ -22,6 +22,7 @@
 //
 // Traffic: forward reads h once (x, plus residual) and writes y (plus h); backward reads x and dy, writes dx.
 #include "cuflash/welford.cuh"
+#include "cuflash/async_copy.cuh"
 
 namespace cuflash {
 
@@ -65,9 +66,11 @@ __device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bo
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Forward. One block of G = blockDim.x threads per row; grid-stride over rows (any row count).
-template <typename T, typename W, int KIND, int NV, bool RES>
-__global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
+// Forward. WARP: a warp per row, blockDim.x / 32 rows per block (<= 256 threads), the row in registers,
+// reduced with shuffles only (no block barrier, no shared memory). Otherwise a block of G = blockDim.x threads
+// per row. Grid-stride over rows (any row count).
+template <typename T, typename W, int KIND, int NV, bool RES, bool WARP>
+__global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? (RES ? 2 : 3) : (RES ? 1 : 2)) norm_fwd(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
     const i64 rows, const int hidden, const float eps, const int nchunks, const int smem_chunks) {
@@ -77,10 +80,12 @@ __global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
   V* cache = reinterpret_cast<V*>(dsmem);  // [smem_chunks][G] vectors, each thread only touches its own slots
   __shared__ Welford red_w[32];
   __shared__ Sum1 red_s[32];
-  const int t = threadIdx.x, G = blockDim.x;
+  const int G = WARP ? 32 : blockDim.x;
+  const int t = WARP ? threadIdx.x & 31 : threadIdx.x, ROWS = WARP ? blockDim.x >> 5 : 1;
+  const int grp = WARP ? threadIdx.x >> 5 : 0;
   constexpr bool has_res = RES;  // a template flag: the residual path's registers do not burden the plain one
 
-  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+  for (i64 row = (i64)blockIdx.x * ROWS + grp; row < rows; row += (i64)gridDim.x * ROWS) {
     const i64 off = row * (i64)hidden;
     const RowSplit rs = row_split<VEC>(off, hidden);
     const T* xr = x + off + rs.head;  // aligned body start
@@ -133,9 +138,33 @@ __global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
       else ss = fmaf(h, h, ss);
     };
 
+    if (KIND == LAYER) {
+      // the chunks held in registers: this thread's exact (count, mean, M2), two passes over its registers
+      // (one division per row instead of a Chan merge per vector); later chunks are merged vector by vector
+      float sum = 0.f, cnt = 0.f;
 #pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (k * G + t < rs.body) stats_vec(reg[k]);
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
+          cnt += (float)VEC;
+        }
+      const float m = cnt > 0.f ? __fdividef(sum, cnt) : 0.f;
+      float m2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; m2 = fmaf(d, d, m2); }
+        }
+      st = Welford{cnt, m, m2};
+    } else {
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) stats_vec(reg[k]);
+    }
 
     // chunks beyond the registers: shared memory while it lasts, else re-read in pass 2
 #pragma unroll 4
@@ -172,7 +201,7 @@ __global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
 
     float mu = 0.f, rstd;
     if (KIND == LAYER) {
-      st = block_allreduce(st, WelfordOp(), red_w);
+      st = WARP ? warp_allreduce<32>(st, WelfordOp()) : block_allreduce(st, WelfordOp(), red_w);
       mu = st.mean;
       float var = st.m2 / st.n;
       var = var < 0.f ? 0.f : var;  // clamp at 0 (fmaxf would turn a NaN from inf/NaN input into 0)
@@ -182,7 +211,7 @@ __global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
       mu = __shfl_sync(0xffffffffu, mu, 0);
       rstd = __shfl_sync(0xffffffffu, rstd, 0);
     } else {
-      const Sum1 s = block_allreduce(Sum1{ss}, Sum1Op(), red_s);
+      const Sum1 s = WARP ? warp_allreduce<32>(Sum1{ss}, Sum1Op()) : block_allreduce(Sum1{ss}, Sum1Op(), red_s);
       rstd = rsqrtf(s.a / (float)hidden + eps);
     }
     if (t == 0) {
@@ -200,10 +229,8 @@ __global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
       V o;
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        float r = (to_float(a.v[i]) - mu) * rstd;
-        if (w) r *= wv[i];
-        if (b) r += bv[i];
-        o.v[i] = from_float<T>(r);
+        const float r = (to_float(a.v[i]) - mu) * rstd;
+        o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
       }
       o.store(yr + v * VEC);
     };
@@ -233,6 +260,134 @@ __global__ void __launch_bounds__(512, RES ? 1 : 2) norm_fwd(
     if (do_head) emit_one(h_head, col_head);
     if (do_tail) emit_one(h_tail, col_tail);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Forward, streamed (rows whose length is a multiple of VEC, so every row starts 16-byte aligned; not too long).
+// A memory-bound kernel is as fast as the bytes it keeps in flight: holding the row in registers (norm_fwd)
+// caps them at what the register file holds, and a row's load phase does not overlap its reduction and store.
+// Here each thread stages its vectors of the next STAGES - 1 rows in shared memory with cp.async (no registers
+// while in flight) and works on the current row from shared memory: the loads of later rows overlap the
+// statistics and the stores of this one.
+//   WARP: a warp per row (blockDim.x / 32 rows per block at a time), STAGES = 3; else a block per row, STAGES = 2.
+//   Thread t of a row's G threads owns vectors v = k * G + t, k < nvr. Each thread reads back only the shared
+//   slots it filled itself, so cp.async.wait_group alone orders them (no barrier). Slot layout
+//   [stage][k][thread] keeps a warp's 16-byte accesses on distinct banks. With RES the stage also holds the
+//   residual's vectors (k = nvr .. 2 nvr - 1); h = x + residual overwrites the x slot.
+//   Rows go to groups grid-stride (persistent grid: gridDim.x = resident blocks).
+template <typename T, typename W, int KIND, bool RES, bool WARP>
+__global__ void __launch_bounds__(WARP ? 256 : 512) norm_fwd_stream(
+    const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
+    T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+    const i64 rows, const int hidden, const float eps, const int nvr) {
+  constexpr int VEC = Vec16<T>::N;
+  constexpr int STAGES = WARP ? 3 : 2;
+  typedef Vec<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  V* ring = reinterpret_cast<V*>(dsmem);
+  __shared__ Welford red_w[32];
+  __shared__ Sum1 red_s[32];
+  const int G = WARP ? 32 : blockDim.x;
+  const int t = WARP ? threadIdx.x & 31 : threadIdx.x;
+  const int ROWS = WARP ? blockDim.x >> 5 : 1, grp = WARP ? threadIdx.x >> 5 : 0;
+  const int body = hidden / VEC;
+  const int per = RES ? 2 * nvr : nvr;  // slots per thread per stage
+  auto slot = [&](int st, int k) -> T* {
+    return reinterpret_cast<T*>(ring + ((i64)(st * per + k) * blockDim.x + threadIdx.x));
+  };
+  const i64 step = (i64)gridDim.x * ROWS;
+  const i64 first = (i64)blockIdx.x * ROWS + grp;
+
+  auto issue = [&](i64 row, int st) {  // this thread's vectors of `row` (and of its residual) into stage st
+    if (row >= rows) return;
+    const i64 off = row * (i64)hidden;
+    for (int k = 0; k < nvr; ++k) {
+      const int v = k * G + t;
+      if (v < body) {
+        cp_async_16(smem_u32(slot(st, k)), x + off + (i64)v * VEC, true);
+        if (RES) cp_async_16(smem_u32(slot(st, nvr + k)), res + off + (i64)v * VEC, true);
+      }
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    issue(first + s * step, s);
+    cp_async_commit();
+  }
+
+  int st = 0;
+  for (i64 row = first; row < rows; row += step) {
+    issue(row + (STAGES - 1) * step, (st + STAGES - 1) % STAGES);
+    cp_async_commit();
+    cp_async_wait<STAGES - 1>();  // this row's copies (this thread's) have landed
+    const i64 off = row * (i64)hidden;
+
+    // ---- statistics (and h = x + residual, stored to HBM and back into the x slot)
+    Welford wst = Welford::identity();
+    float ss = 0.f;
+#pragma unroll 4
+    for (int k = 0; k < nvr; ++k) {
+      const int v = k * G + t;
+      if (v < body) {
+        V a = V::load(slot(st, k));
+        if (RES) {
+          const V r = V::load(slot(st, nvr + k));
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) a.v[i] = from_float<T>(to_float(a.v[i]) + to_float(r.v[i]));
+          a.store(hout + off + (i64)v * VEC);
+          a.store(slot(st, k));
+        }
+        float f[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) f[i] = to_float(a.v[i]);
+        if (KIND == LAYER) {
+          welford_push_vec<VEC>(wst, f);
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
+        }
+      }
+    }
+    float mu = 0.f, rstd;
+    if (KIND == LAYER) {
+      wst = WARP ? warp_allreduce<32>(wst, WelfordOp()) : block_allreduce(wst, WelfordOp(), red_w);
+      mu = wst.mean;
+      float var = wst.m2 / wst.n;
+      var = var < 0.f ? 0.f : var;  // clamp at 0 (fmaxf would turn a NaN from inf/NaN input into 0)
+      rstd = rsqrtf(var + eps);
+      mu = __shfl_sync(0xffffffffu, mu, 0);  // one (mean, rstd) for the whole row: lanes may differ in the last bit
+      rstd = __shfl_sync(0xffffffffu, rstd, 0);
+    } else {
+      const Sum1 s1 = WARP ? warp_allreduce<32>(Sum1{ss}, Sum1Op()) : block_allreduce(Sum1{ss}, Sum1Op(), red_s);
+      rstd = rsqrtf(s1.a / (float)hidden + eps);
+    }
+    if (t == 0) {
+      if (mean_out) mean_out[row] = mu;
+      if (rstd_out) rstd_out[row] = rstd;
+    }
+
+    // ---- y = (h - mean) * rstd * w + b, from the staged row
+#pragma unroll 4
+    for (int k = 0; k < nvr; ++k) {
+      const int v = k * G + t;
+      if (v < body) {
+        const V a = V::load(slot(st, k));
+        const int col = v * VEC;
+        float wv[VEC], bv[VEC];
+        if (w) load_params<W, VEC>(w, col, true, wv);
+        if (b) load_params<W, VEC>(b, col, true, bv);
+        V o;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float r = (to_float(a.v[i]) - mu) * rstd;
+          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+        }
+        o.store(y + off + col);
+      }
+    }
+    st = (st + 1) % STAGES;
+  }
+  cp_async_wait<0>();
 }
 
 // ---------------------------------------------------------------------------------------------------------------

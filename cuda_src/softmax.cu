@@ -26,6 +26,18 @@
 //              partials of a row in every block and normalises (softmax: reads 2n, writes n) or writes lse /
 //              the state (reads n). The "safe" method runs stage 1 twice (max, then sum of exp(x - max)) and
 //              reads 3n; the "naive" method sums exp(x) with no max (overflows by design).
+//   version 4, softmax_cluster ("online", long rows on sm_90+: one HBM read, no second read at all while a row
+//              fits on chip): a row is split over the C blocks of a thread-block cluster (C = 2, 4, 8, fixed at
+//              compile time by __cluster_dims__, so an ordinary launch works). Block r of the cluster takes the
+//              r-th contiguous segment of the row: it copies the segment once into shared memory (cp.async,
+//              16-byte slots, evict-first: it is never read from L2 again), reduces it to a state, and the C
+//              block states are exchanged through distributed shared memory: every block stores its state into
+//              a slot of every peer, one cluster barrier (release/acquire) later each block merges the C slots in
+//              rank order (the same bits in every block), and writes its segment's output from shared memory.
+//              A segment longer than the shared memory (rows longer than C x ~200 KB) streams its remainder
+//              from global memory in the reduction and re-reads it (from L2, it was read moments earlier) in the
+//              output phase. Clusters take rows cluster-stride when there are more rows than clusters.
+//              Reads n, writes n.
 // Vector slots: a row starting h elements past a 16-byte boundary is read as aligned 16-byte slots from
 // x_row - h; the first and last slots are read element by element (scalar head and tail), the others as one
 // 16-byte load. Input and output rows share h (the host guarantees it or copies the input).
@@ -502,6 +514,200 @@ __global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typ
   s = warp_allreduce<32>(s, MergeOp());
   if (lane == 0) write_row_result(op, row, s, y, out_m, out_l);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// version 4: the cluster split (sm_90+). Compiled only for sm_90 and newer: thread-block clusters and
+// distributed shared memory do not exist before Hopper (the host declares these names for sm_90 only).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+
+// The cluster primitives, as the compiler's built-ins (cooperative_groups::this_cluster() wraps the same ones,
+// but its header needs the CCCL headers on the include path, which the offline compile check does not have).
+//   arrive: release (this thread's earlier memory operations are visible to the cluster once the barrier
+//   completes); wait: acquire. Every thread of every block of the cluster takes part; arrive and wait alternate.
+__device__ __forceinline__ unsigned cluster_rank() { return __clusterRelativeBlockRank(); }
+__device__ __forceinline__ void cluster_arrive() { __cluster_barrier_arrive(); }
+__device__ __forceinline__ void cluster_wait() { __cluster_barrier_wait(); }
+__device__ __forceinline__ void cluster_sync() { cluster_arrive(); cluster_wait(); }
+// The address of `p` (a __shared__ object of this block) in the shared memory of block `rank` of the cluster.
+template <typename S> __device__ __forceinline__ S* cluster_map(S* p, unsigned rank) {
+  return reinterpret_cast<S*>(__cluster_map_shared_rank(reinterpret_cast<void*>(p), rank));
+}
+
+// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy), and its groups.
+// The copies a thread issues become visible to that thread after cp.async.wait_group: each thread of the cluster
+// kernel reads back only the slots it copied itself, so no block barrier guards the segment.
+__device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "l"(pol)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Wait until at most `pending` (0..3; a constant after unrolling) of this thread's committed groups are in flight.
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  if (pending <= 0) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  else if (pending == 1) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  else if (pending == 2) asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+  else asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+}
+
+// Thread 0 asks L2 for the whole 16-byte slots [a, b) of a segment based at xb (16-byte aligned): one bulk
+// prefetch (sm_90), a hint that costs no registers and keeps HBM busy ahead of the register-limited loads.
+template <typename T>
+__device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, unsigned long long pol) {
+  if (threadIdx.x == 0 && b > a)
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(xb + (i64)a * Slot<T>::VEC),
+                 "r"((unsigned)(b - a) * 16u), "l"(pol) : "memory");
+}
+
+// softmax_cluster<T, THREADS, C>: C blocks (a cluster) per row, rows cluster-stride. seg: slots per block segment
+// (the host picks ceil(row slots / C)); hold: slots of a segment held in shared memory (the dynamic shared memory
+// is hold x 16 bytes; the lse/state ops pass 0 and stream). Float accumulators (16- and 32-bit inputs).
+//
+// The schedule of one row, in block r (rank r of the cluster), thread t:
+//   1. copy: thread t issues cp.async for its held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4
+//      commit groups of consecutive k (group p covers slots [p·kq·THREADS, (p+1)·kq·THREADS)); the scalar head
+//      and tail slots of an unaligned row are loaded element by element (−inf padded) and stored by the thread;
+//   2. stream: the segment's slots past `hold` (only for rows longer than C·hold slots) are read with 16-byte
+//      loads (evict-last: they are read again in step 5), PF slots behind a bulk L2 prefetch that thread 0
+//      keeps ahead of them, and folded into the thread's state while the copies fly;
+//   3. reduce: wait for group p, fold its slots into the state, p = 0..3 (the later groups keep arriving);
+//      then the block's state (block_allreduce, fixed order);
+//   4. exchange: thread q < C stores the block state into slot r of block q's `xch[parity]`; one cluster
+//      barrier; every thread merges xch[parity][0..C) in rank order: the same state, bit for bit, in every
+//      block of the cluster. xch is double-buffered by row parity: a peer writes the slots of row i + 2 only
+//      after the barrier of row i + 1, which this block reaches after it has read those of row i.
+//   5. output: the streamed slots first (re-read from L2, evict-first, prefetched again in case L2 lost them),
+//      then the held slots from shared memory;
+//      16-byte streaming stores (scalar at the head and tail). lse/state: rank 0 writes the row's result.
+// Before its first remote store a block waits for the arrive every block makes at its start (peers' shared
+// memory exists only once they run); after the last row's barrier no block touches a peer, so blocks may exit.
+template <typename T, int THREADS, int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)  // 64 registers (4 blocks of 256)
+softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op,
+                float* __restrict__ out_m, float* __restrict__ out_l, i64 seg, int hold) {
+  typedef float A;
+  typedef SoftmaxState<A> St;
+  constexpr int VEC = Slot<T>::VEC;
+  constexpr int P = 4;   // cp.async commit groups per row: the reduction starts on the first quarter
+  constexpr int UH = 4;  // held slots folded per step (from shared memory)
+  constexpr int US = 4;  // streamed slots in flight per thread (from L2, prefetched)
+  constexpr int STEP = THREADS * US, PF = 8 * STEP;  // slots per streaming step; prefetch distance (128 KiB)
+  static_assert(sizeof(T) <= 4, "float accumulators: 16- and 32-bit inputs");
+  static_assert(C == 2 || C == 4 || C == 8, "portable cluster sizes");
+  extern __shared__ uint4 held_raw[];  // hold slots of the segment
+  Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw);
+  __shared__ St red[32];
+  __shared__ St xch[2][C];
+
+  const unsigned rank = cluster_rank();
+  const i64 nclusters = gridDim.x / C;
+  const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
+  cluster_arrive();  // "this block runs": waited for before the first store into a peer
+  bool waited = false;
+  int parity = 0;
+  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1) {
+    const T* xr = x + row * ldx;
+    const ChunkRange c = chunk_range<VEC>(head_of(xr), n, (i64)rank * seg, seg);
+    const T* xb = xr + c.first;
+    const int nh = min(c.nslots, hold);           // held slots of this segment
+    const int kmax = (nh + THREADS - 1) / THREADS;  // held slots per thread (at most)
+    const int kq = (kmax + P - 1) / P;              // ... per commit group
+
+    // 1. copy the held slots (asynchronously, P groups)
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int k1 = min((p + 1) * kq, kmax);
+      for (int k = p * kq; k < k1; ++k) {
+        const int j = threadIdx.x + k * THREADS, e = j * VEC;
+        if (j >= nh) break;
+        if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, drop);
+        else {  // head or tail slot: element loads, -inf padded
+          const Slot<T> r = load_slot<T>(xb, e, c.lo, c.hi);
+          held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+        }
+      }
+      cp_async_commit_group();
+    }
+
+    // 2. stream the slots past the held part (rows longer than the cluster's shared memory), PF slots of
+    //    bulk L2 prefetch ahead of the loads
+    const int pf0 = max(nh, c.lo > 0 ? 1 : 0), pf1 = min(c.nslots, c.hi / VEC);  // whole slots, past the held
+    for (int a = pf0; a < min(nh + PF, pf1); a += STEP) prefetch_slots_l2(xb, a, min(a + STEP, pf1), keep);
+    St s = St::identity();
+    for (int base0 = nh; base0 < c.nslots; base0 += STEP) {
+      prefetch_slots_l2(xb, base0 + PF, min(base0 + PF + STEP, pf1), keep);
+      const int base = base0 + threadIdx.x;
+      Slot<T> buf[US];
+#pragma unroll
+      for (int u = 0; u < US; ++u)
+        buf[u] = base + u * THREADS < c.nslots ? load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, keep)
+                                               : Slot<T>::neg_inf();
+      accumulate<T, US>(s, buf, MODE_ONLINE, (A)0);
+    }
+
+    // 3. fold the held slots in as their groups land, then the block's state
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      cp_async_wait_pending(P - 1 - p);
+      const int k1 = min((p + 1) * kq, kmax);
+      for (int k = p * kq; k < k1; k += UH) {
+        Slot<T> buf[UH];
+#pragma unroll
+        for (int u = 0; u < UH; ++u) {
+          const int j = threadIdx.x + (k + u) * THREADS;
+          buf[u] = (k + u < k1 && j < nh) ? Slot<T>::load(reinterpret_cast<const T*>(&held[j])) : Slot<T>::neg_inf();
+        }
+        accumulate<T, UH>(s, buf, MODE_ONLINE, (A)0);
+      }
+    }
+    s = block_allreduce(s, MergeOp(), red);
+
+    // 4. exchange the C block states through distributed shared memory; merge them in rank order
+    if (!waited) {
+      cluster_wait();  // every block of the cluster has started
+      waited = true;
+    }
+    if (threadIdx.x < C) *cluster_map(&xch[parity][rank], threadIdx.x) = s;
+    cluster_sync();
+    s = xch[parity][0];
+#pragma unroll
+    for (int q = 1; q < C; ++q) s = merge(s, xch[parity][q]);
+
+    if (op >= OP_LSE) {
+      if (rank == 0 && threadIdx.x == 0) write_row_result(op, row, s, y, out_m, out_l);
+      continue;
+    }
+    // 5. output: streamed slots (from L2), then held slots (from shared memory)
+    const A oc = output_const(s, op);
+    T* yb = y + row * ldy + c.first;
+    for (int a = pf0; a < min(nh + PF, pf1); a += STEP) prefetch_slots_l2(xb, a, min(a + STEP, pf1), drop);
+    for (int base0 = nh; base0 < c.nslots; base0 += STEP) {
+      prefetch_slots_l2(xb, base0 + PF, min(base0 + PF + STEP, pf1), drop);
+      const int base = base0 + threadIdx.x;
+      Slot<T> buf[US];
+#pragma unroll
+      for (int u = 0; u < US; ++u)
+        if (base + u * THREADS < c.nslots)
+          buf[u] = load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, drop);
+#pragma unroll
+      for (int u = 0; u < US; ++u)
+        if (base + u * THREADS < c.nslots)
+          store_slot<T, true>(yb, output_slot<T>(buf[u], op, s.m, oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+    }
+    for (int k = 0; k < kmax; k += UH) {
+#pragma unroll
+      for (int u = 0; u < UH; ++u) {
+        const int j = threadIdx.x + (k + u) * THREADS;
+        if (k + u < kmax && j < nh)
+          store_slot<T, true>(yb, output_slot<T>(Slot<T>::load(reinterpret_cast<const T*>(&held[j])), op, s.m, oc),
+                              j * VEC, c.lo, c.hi);
+      }
+    }
+  }
+  if (!waited) cluster_wait();  // a cluster without a row: pair the start arrive
+}
+
+#endif  // __CUDA_ARCH__ >= 900
 
 // Elementwise merge of two arrays of states (merge_states in Python).
 template <typename A>

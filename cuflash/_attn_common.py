@@ -32,6 +32,9 @@ def as_cupy(x, name: str):
         except Exception:
             return False
 
+    if type(x).__module__ == "numpy" or has("__array_interface__") and not has("__cuda_array_interface__"):
+        raise TypeError(f"{name} must be a CuPy array on the GPU, got a host {type(x).__name__}; "
+                        f"move it first: cupy.asarray({name})")
     if has("__dlpack__") or has("__cuda_array_interface__"):
         try:
             return cupy.from_dlpack(x) if has("__dlpack__") else cupy.asarray(x)

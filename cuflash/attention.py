@@ -21,20 +21,25 @@ from ._attn_common import NATIVE_HEAD_DIMS, last_axis_contiguous, pad_head_dim, 
 
 SOURCE = "attention_fwd.cu"
 SCHEDULES = ("auto", "fa2", "fa1", "standard", "wgmma")
-# schedule="auto" runs the Hopper wgmma kernel where it applies (cc 9.0, fp16/bf16, head_dim <= 128, no
-# block_sizes), else the FA-2 mma.sync kernel. Tests flip this to run the whole suite on both kernels.
+# schedule="auto" runs the Hopper wgmma kernel where it applies (cc 9.0, fp16/bf16, AUTO_WGMMA_MIN_HEAD_DIM <=
+# head_dim <= 128, no block_sizes), else the FA-2 mma.sync kernel. Tests flip these to run the whole suite on
+# both kernels.
 AUTO_WGMMA = True
+# schedule="auto" takes the wgmma kernel above this head_dim only: at head_dim 64 the FA-2 mma.sync kernel was
+# faster on the H200 (experiments/results/attention_bench.json), at 128 the wgmma kernel.
+AUTO_WGMMA_MIN_HEAD_DIM = 65
 STAGES = 2
 LOG2E = 1.4426950408889634
 F32_WARPS = 8  # float32 path: query rows per block (one warp per row)
 
 # Tuned default (Br, Bc, warps) per (head_dim, causal) for fp16/bf16 (H200 / A100 alike; sm_90 measured by
-# experiments/tile_sweep.py). Each warp owns Br / warps query rows (16 or 32: MT = 1 or 2 m16 tiles).
+# experiments/tile_sweep.py: at head_dim 128, 128 x 32 with 4 warps ran 289 TFLOP/s against 251 for 128 x 64
+# with 8 warps). Each warp owns Br / warps query rows (16 or 32: MT = 1 or 2 m16 tiles).
 DEFAULT_TILES = {
     (32, False): (128, 64, 4), (32, True): (128, 64, 4),
     (64, False): (128, 64, 4), (64, True): (128, 64, 4),
     (96, False): (128, 64, 8), (96, True): (128, 64, 8),
-    (128, False): (128, 64, 8), (128, True): (128, 64, 8),
+    (128, False): (128, 32, 4), (128, True): (128, 32, 4),
     (256, False): (64, 64, 4), (256, True): (64, 64, 4),
 }
 # Extra (Br, Bc, warps) instantiated for the tile sweep / block_sizes (bfloat16 only, study configurations).
@@ -138,7 +143,8 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     p = prepare(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if schedule == "auto" and block_sizes is None and AUTO_WGMMA and _attention_sm90.supports(p):
+    if (schedule == "auto" and block_sizes is None and AUTO_WGMMA and p.head_dim >= AUTO_WGMMA_MIN_HEAD_DIM
+            and _attention_sm90.supports(p)):
         schedule = "wgmma"  # the Hopper kernel is the default on compute capability 9.0
     if schedule == "wgmma":
         if not _attention_sm90.supports(p):

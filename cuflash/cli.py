@@ -2,7 +2,7 @@
 
     cuflash sweep  [args]   attention tile sweep (experiments/tile_sweep.py): the main job
     cuflash report [args]   Markdown report from experiments/results (experiments/report.py)
-    cuflash run NAME [args] any experiment script experiments/NAME.py
+    cuflash run NAME [args] any experiment script experiments/NAME.py (``cuflash run`` lists them)
     cuflash info            GPU, CuPy, NVRTC and the compile cache key
 
 The experiment scripts live in the checkout's ``experiments/`` folder (an editable install, as README
@@ -18,11 +18,27 @@ from .bench import ROOT
 COMMANDS = {"sweep": "tile_sweep", "report": "report"}
 
 
+def scripts() -> list[str]:
+    """Names of the experiment scripts in the checkout (what ``cuflash run NAME`` accepts)."""
+    folder = ROOT / "experiments"
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")) if folder.is_dir() else []
+
+
+def _list_scripts(file=None) -> None:
+    file = file or sys.stdout
+    names = scripts()
+    if names:
+        print("experiment scripts (cuflash run NAME [--help]):\n  " + "\n  ".join(names), file=file)
+    else:
+        print(f"cuflash: no experiments/ folder next to the package ({ROOT}); run from a source checkout "
+              "(pip install -e .)", file=file)
+
+
 def _run_script(name: str, argv: list[str]) -> int:
     path = ROOT / "experiments" / f"{name}.py"
     if not path.is_file():
-        print(f"cuflash: no experiment script {path} (run from a source checkout: pip install -e .)",
-              file=sys.stderr)
+        print(f"cuflash: no experiment script {name!r}", file=sys.stderr)
+        _list_scripts(sys.stderr)
         return 2
     spec = importlib.util.spec_from_file_location(f"cuflash_experiment_{name}", path)
     mod = importlib.util.module_from_spec(spec)
@@ -57,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "info":
         return info()
-    if cmd == "run" and rest:
+    if cmd == "run":
+        if not rest or rest[0] in ("-h", "--help", "--list"):
+            _list_scripts()
+            return 0
         return _run_script(rest[0], rest[1:])
     if cmd in COMMANDS:
         return _run_script(COMMANDS[cmd], rest)

@@ -17,6 +17,7 @@ Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_bwd``, ``reduce_parts``) and
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numpy as np
 
@@ -27,7 +28,17 @@ __all__ = ["layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]
 _SRC = "norm.cu"
 LAYER, RMS = 0, 1
 NV = 4          # 16-byte vectors per thread kept in registers (norm_fwd / norm_bwd template argument)
-MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd
+NV_WARP_BYTES = 128  # bytes per lane on the forward's warp-per-row path: rows of up to 4 KiB (1024 float32 or
+                    # 2048 16-bit values would spill: 16-bit rows take 64 bytes a lane, up to 1024 values)
+WARP_ROWS = 8   # rows (warps) per block on the forward's warp-per-row path: 256 threads (at most 8)
+FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
+STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
+STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
+                             # as fast or faster from registers on the H200: experiments/norm_tune.py)
+STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp per row (4 KiB rows)
+STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
+FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
+BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 _TYPES = (_dtypes.float32, _dtypes.float16, _dtypes.bfloat16)
 _NULL = np.uint64(0)  # a null pointer argument
 
@@ -37,8 +48,20 @@ def _wtypes(dt):
     return (_dtypes.float32,) if dt == _dtypes.float32 else (_dtypes.float32, dt)
 
 
-def _fwd_name(dt, wdt, kind, res=False):
-    return f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {NV}, {'true' if res else 'false'}>"
+def _nv_warp(dt):
+    """16-byte vectors per lane on the forward's warp-per-row path (8 for float32, 4 for 16-bit types)."""
+    return min(NV_WARP_BYTES, 32 * np.dtype(dt).itemsize) // 16
+
+
+def _fwd_name(dt, wdt, kind, res=False, warp=False):
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    nv = _nv_warp(dt) if warp else NV
+    return f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nv}, {b(res)}, {b(warp)}>"
+
+
+def _stream_name(dt, wdt, kind, res=False, warp=False):
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    return f"cuflash::norm_fwd_stream<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {b(res)}, {b(warp)}>"
 
 
 def _bwd_name(dt, wdt, kind):
@@ -54,7 +77,9 @@ def _declare():
     for dt in _TYPES:
         for wdt in _wtypes(dt):
             for kind in (LAYER, RMS):
-                names += [_fwd_name(dt, wdt, kind, False), _fwd_name(dt, wdt, kind, True), _bwd_name(dt, wdt, kind)]
+                names += [f(dt, wdt, kind, res, warp) for f in (_fwd_name, _stream_name)
+                          for res in (False, True) for warp in (False, True)]
+                names.append(_bwd_name(dt, wdt, kind))
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
 
@@ -109,7 +134,7 @@ def _check_param(p, name, nshape, dt, fn):
     return p
 
 
-def _geometry(itemsize: int, hidden: int, smem_budget: int = 0):
+def _geometry(itemsize: int, hidden: int, smem_budget: int = 0, max_threads: int = MAX_THREADS):
     """Row geometry shared by the kernels: (G threads per row, nchunks, smem_chunks).
 
     A row is at most ``hidden // VEC`` aligned 16-byte vectors (VEC = 16 / itemsize) plus < VEC head and < VEC
@@ -118,7 +143,7 @@ def _geometry(itemsize: int, hidden: int, smem_budget: int = 0):
     G is a multiple of 32 in [32, MAX_THREADS], just enough to hold the row in NV chunks where it can.
     """
     body = hidden // (16 // itemsize)
-    G = min(MAX_THREADS, max(32, 32 * math.ceil(math.ceil(body / NV) / 32)))
+    G = min(max_threads, max(32, 32 * math.ceil(math.ceil(body / NV) / 32)))
     nchunks = math.ceil(body / G)
     smem_chunks = min(max(0, nchunks - NV), max(0, smem_budget) // (G * 16))
     return G, nchunks, smem_chunks
@@ -127,15 +152,76 @@ def _geometry(itemsize: int, hidden: int, smem_budget: int = 0):
 _FWD_CFG: dict = {}
 
 
+def _resident_blocks(kern, threads, smem, dev):
+    """Blocks of ``threads`` threads and ``smem`` dynamic shared bytes that fit on one SM at once."""
+    cp = _cupy()
+    props = cp.cuda.runtime.getDeviceProperties(dev)
+    regs = max(32, int(getattr(kern, "num_regs", 64) or 64))
+    by_regs = props.get("regsPerMultiprocessor", 65536) // (8 * math.ceil(regs / 8) * threads)
+    by_threads = props.get("maxThreadsPerMultiProcessor", 2048) // threads
+    by_smem = props.get("sharedMemPerMultiprocessor", 228 * 1024) // (smem + 1024 + 512)
+    return max(1, min(32, by_regs, by_threads, by_smem))
+
+
+FwdPlan = namedtuple("FwdPlan", "stream kern G rpb nchunks smem_chunks smem cap nvr")
+FwdPlan.__doc__ = """How the forward runs for one row length: streamed (norm_fwd_stream) or registers (norm_fwd);
+G threads per row, rows per block, chunks per thread (register kernel), shared-memory chunks, dynamic shared
+bytes, grid cap, vectors per thread (streamed kernel)."""
+
+
+def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
+    """The streamed forward's plan, or None where it does not apply (rows not whole 16-byte vectors, or too long
+    for two stages in shared memory)."""
+    vec = 16 // dt.itemsize
+    if not STREAM or hidden % vec or hidden // vec < STREAM_MIN_VECS:
+        return None
+    body = hidden // vec
+    arrays = 2 if res else 1
+    if body <= STREAM_WARP_MAX_VECS:
+        warp, G, stages = True, 32, 3
+        nvr = math.ceil(body / 32)
+        rpb = 8 if stages * arrays * nvr * 16 * 256 <= 100 * 1024 else 4
+    else:
+        warp, rpb, stages = False, 1, 2
+        G = min(MAX_THREADS, 32 * math.ceil(body / STREAM_VECS_PER_THREAD / 32))
+        nvr = math.ceil(body / G)
+    smem = stages * arrays * nvr * 16 * G * rpb
+    if smem > budget:
+        return None
+    kern = _compile.get_kernel(_SRC, _stream_name(dt, wdt, kind, res, warp))
+    cap = _resident_blocks(kern, G * rpb, smem, dev) * _compile.sm_count(dev)
+    return FwdPlan(True, kern, G, rpb, 0, 0, smem, cap, nvr)
+
+
 def _fwd_config(kind, dt, wdt, hidden, res, dev):
-    """(kernel, threads per row G, nchunks, smem_chunks, dynamic smem bytes) for one row length."""
-    key = (kind, dt, wdt, hidden, res, dev)
+    """The :data:`FwdPlan` of one row length (cached).
+
+    Rows of whole 16-byte vectors that fit two stages in shared memory are streamed (``norm_fwd_stream``: a warp
+    per row up to ``STREAM_WARP_MAX_VECS`` vectors, else a block). Others run ``norm_fwd`` with the row in
+    registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block),
+    longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
+    key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
+           STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         budget = _compile.max_shared_optin(dev) - 1024  # static shared memory of the reductions
-        G, nchunks, smem_chunks = _geometry(dt.itemsize, hidden, budget)
-        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res))
-        cfg = _FWD_CFG[key] = (kern, G, nchunks, smem_chunks, smem_chunks * G * 16)
+        cfg = _stream_plan(kind, dt, wdt, hidden, res, dev, budget)
+        if cfg is not None:
+            _FWD_CFG[key] = cfg
+            return cfg
+        body = hidden // (16 // dt.itemsize)
+        warp = body <= 32 * _nv_warp(dt) and WARP_ROWS > 0
+        if warp:
+            G, rpb, nchunks, smem_chunks = 32, WARP_ROWS, max(1, math.ceil(body / 32)), 0
+        else:
+            G, nchunks, smem_chunks = _geometry(dt.itemsize, hidden, budget, FWD_MAX_THREADS)
+            rpb = 1
+        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp))
+        smem = smem_chunks * G * 16
+        cap = 1 << 22
+        if FWD_WAVES > 0:
+            cap = FWD_WAVES * _resident_blocks(kern, G * rpb, smem, dev) * _compile.sm_count(dev)
+        cfg = _FWD_CFG[key] = FwdPlan(False, kern, G, rpb, nchunks, smem_chunks, smem, cap, 0)
     return cfg
 
 
@@ -181,15 +267,15 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
         weight = _aligned(weight, a) if weight is not None else None
         bias = _aligned(bias, a) if bias is not None else None
         dev = x.device.id
-        kern, G, nchunks, smem_chunks, smem = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev)
-        grid = min(rows, 1 << 22)
-        _compile.launch(kern, (grid,), (G,),
+        pl = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev)
+        grid = min(math.ceil(rows / pl.rpb), pl.cap)
+        tail = (np.int32(pl.nvr),) if pl.stream else (np.int32(pl.nchunks), np.int32(pl.smem_chunks))
+        _compile.launch(pl.kern, (grid,), (pl.G * pl.rpb,),
                         (x, residual if residual is not None else _NULL, weight if weight is not None else _NULL,
                          bias if bias is not None else _NULL, y, h if h is not None else _NULL,
                          mean if mean is not None else _NULL, rstd if rstd is not None else _NULL,
-                         np.int64(rows), np.int32(hidden), np.float32(eps), np.int32(nchunks),
-                         np.int32(smem_chunks)),
-                        shared_mem=smem, what=f"{fn} hidden={hidden} {dt}")
+                         np.int64(rows), np.int32(hidden), np.float32(eps)) + tail,
+                        shared_mem=pl.smem, what=f"{fn} hidden={hidden} {dt}")
     out = (y,) if h is None else (y, h)
     if return_stats:
         out = out + ((mean, rstd) if kind == LAYER else (rstd,))
@@ -247,12 +333,11 @@ _BWD_CFG: dict = {}
 
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
-    key = (kind, dt, wdt, hidden, has_w, dev)
+    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS)
     cfg = _BWD_CFG.get(key)
     if cfg is not None:
         return cfg
-    cp = _cupy()
-    G, nchunks, _ = _geometry(dt.itemsize, hidden)
+    G, nchunks, _ = _geometry(dt.itemsize, hidden, 0, BWD_MAX_THREADS)
     acc_row = 4 * hidden  # bytes of one accumulator region
     nacc = int(has_w) + int(kind == LAYER)
     rows_per_block = 1
@@ -275,13 +360,7 @@ def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
         else:
             db_global = 1
     kern = _compile.get_kernel(_SRC, _bwd_name(dt, wdt, kind))
-    threads = G * rows_per_block
-    props = cp.cuda.runtime.getDeviceProperties(dev)
-    regs = max(32, int(getattr(kern, "num_regs", 64) or 64))
-    by_regs = props.get("regsPerMultiprocessor", 65536) // (8 * math.ceil(regs / 8) * threads)
-    by_threads = props.get("maxThreadsPerMultiProcessor", 2048) // threads
-    by_smem = props.get("sharedMemPerMultiprocessor", budget + 1024) // (smem + 1024 + 512)
-    per_sm = max(1, min(32, by_regs, by_threads, by_smem))
+    per_sm = _resident_blocks(kern, G * rows_per_block, smem, dev)
     cfg = _BWD_CFG[key] = (kern, G, rows_per_block, nchunks, smem, dw_global, db_global,
                            per_sm * _compile.sm_count(dev))
     return cfg

@@ -20,9 +20,18 @@ path            when                                                        HBM 
 ``split_regs``  study only (``partition={"split": "registers"}``): chunks   read n, write n
                 held in registers while the row's blocks wait for each
                 other; K bounded by the blocks that fit on the GPU
+``cluster``     cc >= 9.0, rows of ``CLUSTER_ROW_BYTES``, rows x C >= SMs   read n, write n (+ from L2
+                (not float64): a row over a thread-block cluster of C = 2,  the part of rows longer than
+                4 or 8 blocks, each holding its segment in shared memory;   C x 200 KiB)
+                the C states merge through distributed shared memory
+                (one launch)
 ``stream``      lse/state of long rows, float64 long rows, the ``safe`` and  read 2n, write n (lse: n)
                 ``naive`` methods: partial states, then a second launch
 ==============  ==========================================================  =============================
+
+The ``cluster`` path is chosen automatically for softmax/log_softmax only (lse and the state take it when
+forced): ``partition={"path": "cluster", "cluster": C}`` forces it (C optional); ``partition={"cluster": 0}``
+or ``CLUSTER_ROW_BYTES = None`` leave the planner as it was without it (``block``/``split`` for long rows).
 
 ``method="online"`` (default) takes the cheapest path; ``"safe"`` makes three passes (max, sum, normalise);
 ``"naive"`` sums exp(x) with no max subtraction (overflows by design: the overflow experiment).
@@ -56,12 +65,22 @@ SPLIT_CHUNK_SLOTS = 2048                # its chunks: 2048 slots = 32 KiB (16-bi
 SPLIT_MIN_SLOTS = 256                   # chunks of rows split for parallelism are at least 4 KiB
 SPLIT_MAX_THREADS = 512                 # register split ("split_regs"): <= 512 threads x 8 slots = 64 KiB
 STREAM_THREADS, STREAM_UNROLL = (128, 512), 4  # streaming kernels: 4 slots in flight per thread per iteration
+# the cluster split (compute capability >= 9.0; softmax_cluster in cuda_src/softmax.cu)
+CLUSTER_ROW_BYTES = (128 << 10, 512 << 10)  # rows of this many bytes take it (softmax/log_softmax); None: never.
+# On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
+# it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
+CLUSTER_SIZES = (2, 4, 8)               # blocks per cluster (the portable sizes; __cluster_dims__ per template)
+CLUSTER_THREADS = 256
+CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
+CLUSTER_HOLD_BYTES = 200 << 10          # ... a segment holds at most this in shared memory; the rest streams
+CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
+CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
 
 _SUPPORTED = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64)
 
 Plan = namedtuple("Plan", "path threads group chunks slots_per_chunk")
-Plan.__doc__ = """How one call runs: path (warp/block/split/stream), block size, lanes per row, chunks per row
-(K) and 16-byte slots per chunk (S)."""
+Plan.__doc__ = """How one call runs: path (warp/block/split/cluster/stream), block size, lanes per row, chunks per
+row (K; the cluster path: C, its blocks per row) and 16-byte slots per chunk (S; the cluster path: per block)."""
 
 
 def _nv(dtype):
@@ -82,6 +101,10 @@ def _stream_names(ct, threads):
             f"cuflash::softmax_finalize<{ct}>")
 
 
+def _cluster_name(ct, c):
+    return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}>"
+
+
 def _declare():
     for dt in _SUPPORTED:
         ct = _dtypes.CTYPE[dt]
@@ -95,6 +118,9 @@ def _declare():
             names.append(_split_name(ct))
         _compile.declare(SOURCE, list(dict.fromkeys(names)))
     _compile.declare(SOURCE, ["cuflash::softmax_merge_states<float>", "cuflash::softmax_merge_states<double>"])
+    # sm_90+ only (the kernel is compiled out below sm_90): the compile check builds them for sm_90 alone
+    _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c) for dt in _SUPPORTED if dt != _dtypes.float64
+                              for c in CLUSTER_SIZES], extra_options=CLUSTER_ARCH_OPTIONS)
 
 
 _declare()
@@ -170,15 +196,20 @@ def _residency(kernel, threads):
     return r
 
 
-def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, partition=None, residency=None):
+def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, partition=None, residency=None,
+         cc=None):
     """The Plan for ``rows`` rows of ``n`` elements (pure arithmetic; tests and experiments read it).
 
     ``aligned``: every row starts on a 16-byte boundary (else one extra slot is allowed for the head).
+    ``cc``: the device's compute capability (``90`` for the H200; None: unknown, no cluster path).
     ``partition`` (study knob): ``threads`` (block size of the block path), ``chunks`` (K, chunks per row),
     ``chunk_slots`` (the split's chunk size), ``lag`` (how many tickets the split's phase 2 trails),
     ``single_read`` (False forces the two-launch streaming path),
     ``split="registers"`` (the register-held split of version 1, with ``max_chunk_slots``; ``residency(threads)``
-    bounds its K by the blocks that fit on the GPU, None: 2 per SM).
+    bounds its K by the blocks that fit on the GPU, None: 2 per SM),
+    ``path="cluster"`` (forces the cluster split, any row length; needs cc >= 90) with ``cluster`` (C, blocks per
+    row; default: chosen as below), ``clusters`` (clusters launched; rows beyond them go cluster-stride) and
+    ``hold_bytes`` (shared memory per block for the row; the rest streams), ``cluster=0`` (never the cluster path).
     """
     p = partition or {}
     vec = 16 // np.dtype(dtype).itemsize
@@ -186,6 +217,9 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
     slots = -(-(n + (0 if aligned else vec - 1)) // vec)
     stream = method != "online" or p.get("single_read") is False
     reduce_only = op >= OP_LSE
+    cl = _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc)
+    if cl is not None:
+        return cl
     if not stream and "threads" not in p and "chunks" not in p and slots <= WARP_GROUPS[-1] * nv:
         g = min(_pow2_at_least(slots / nv), WARP_GROUPS[-1])
         return Plan("warp", WARP_THREADS, g, 1, slots)
@@ -218,6 +252,61 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
     return Plan("stream", t, t, k, s)
 
 
+_STUDY_KEYS = ("threads", "chunks", "chunk_slots", "lag", "split", "max_chunk_slots", "single_read")
+
+
+def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
+    """The cluster path's Plan, or None for the other paths.
+
+    Automatic (softmax/log_softmax, method "online", 16/32-bit types, cc >= 90, rows of ``CLUSTER_ROW_BYTES``, no
+    other study knob): C is the smallest cluster size whose segments fit ``CLUSTER_SEGMENT_BYTES`` and whose
+    blocks (rows x C) cover the SMs, else 8; with fewer than ``sms`` blocks even at C = 8 the split (which cuts a
+    row over many blocks) is kept. ``partition={"path": "cluster"}`` forces it for any row length.
+    """
+    forced = p.get("path") == "cluster"
+    if p.get("path") not in (None, "cluster"):
+        raise ValueError(f"partition path must be 'cluster' when given, got {p.get('path')!r}")
+    in_range = CLUSTER_ROW_BYTES is not None and \
+        CLUSTER_ROW_BYTES[0] <= n * np.dtype(dtype).itemsize <= CLUSTER_ROW_BYTES[1]
+    if not forced and (p.get("cluster") == 0 or not in_range or reduce_only or any(k in p for k in _STUDY_KEYS)):
+        return None
+    if stream or np.dtype(dtype) == _dtypes.float64:
+        if forced:
+            raise ValueError("the cluster path runs method='online' (single read) on float16, bfloat16 and float32")
+        return None
+    if cc is None or int(cc) < 90:
+        if forced:
+            raise _compile.ConfigurationError(f"the cluster path needs compute capability >= 9.0 (device: {cc})")
+        return None
+    itemsize = np.dtype(dtype).itemsize
+    c = p.get("cluster")
+    if c is None or c == 0:
+        row_bytes = n * itemsize
+        c = next((k for k in CLUSTER_SIZES if row_bytes <= k * CLUSTER_SEGMENT_BYTES and rows * k >= sms),
+                 CLUSTER_SIZES[-1])
+        if not forced and rows * c < sms:
+            return None
+    if c not in CLUSTER_SIZES:
+        raise ValueError(f"cluster size must be one of {CLUSTER_SIZES}, got {c!r}")
+    seg = -(-slots // c)
+    if seg * (16 // itemsize) >= 1 << 30:  # offsets inside a segment are 32-bit
+        if forced:
+            raise ValueError(f"rows of {n} elements are too long for the cluster path (C = {c})")
+        return None
+    return Plan("cluster", CLUSTER_THREADS, CLUSTER_THREADS, c, seg)
+
+
+def _cluster_hold(pl, op, partition, dev, kernel):
+    """Slots of a segment held in shared memory: the segment up to ``CLUSTER_HOLD_BYTES`` (``hold_bytes``), within
+    the device's opt-in limit less the kernel's static shared memory; lse/state stream (0) unless told."""
+    p = partition or {}
+    if op >= OP_LSE and "hold_bytes" not in p:
+        return 0
+    cap = min(int(p.get("hold_bytes", CLUSTER_HOLD_BYTES)),
+              _compile.max_shared_optin(dev) - int(kernel.shared_size_bytes))
+    return max(0, min(pl.slots_per_chunk, cap // 16))
+
+
 # ----------------------------------------------------------------------------------------------------------
 # launching. A call is prepared once per (shape, strides, dtype, alignment, axis, op, method, device, partition):
 # the plan, the kernels and the scalar arguments are kept, so a repeated call costs a dict lookup, an output
@@ -228,7 +317,7 @@ _PREP: dict = {}
 
 class _Prep:
     __slots__ = ("rows", "n", "direct", "perm", "moved_shape", "out_shape", "plan", "kernels", "args", "grid",
-                 "block", "acc", "chunks", "error")
+                 "block", "acc", "chunks", "error", "smem")
 
 
 def _i64(v):
@@ -290,10 +379,21 @@ def _make_prep(x, axis, op, method, partition, dev):
     def residency(t):
         return _residency(_compile.get_kernel(SOURCE, _cached_name(ct, t, t)), t)
 
-    pl = pr.plan = plan(dt, pr.rows, pr.n, op, method, aligned, sms, partition, residency)
+    cc = _device_cc(dev)
+    pl = pr.plan = plan(dt, pr.rows, pr.n, op, method, aligned, sms, partition, residency, cc)
     rows, n = pr.rows, pr.n
     pr.chunks = pl.chunks
-    if pl.path == "split":
+    pr.smem = 0
+    if pl.path == "cluster":
+        k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks), CLUSTER_ARCH_OPTIONS)
+        pr.kernels = (k,)
+        hold = _cluster_hold(pl, op, partition, dev, k)
+        pr.smem = hold * 16
+        clusters = min(rows, int((partition or {}).get("clusters") or CLUSTER_MAX_CLUSTERS))
+        pr.grid = (clusters * pl.chunks,)
+        pr.block = (pl.threads,)
+        pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), _i64(pl.slots_per_chunk), np.int32(hold))
+    elif pl.path == "split":
         k = _compile.get_kernel(SOURCE, _split_name(ct))
         pr.kernels = (k,)
         total = rows * pl.chunks
@@ -321,6 +421,17 @@ def _make_prep(x, axis, op, method, partition, dev):
     return pr
 
 
+_CC: dict = {}
+
+
+def _device_cc(dev):
+    """The device's compute capability as an int (90 for the H200), from cuflash._compile."""
+    cc = _CC.get(dev)
+    if cc is None:
+        cc = _CC[dev] = int(_compile._device_arch(dev))
+    return cc
+
+
 def _contiguous(x2):
     import cupy
 
@@ -342,6 +453,11 @@ def _exec(pr, x, op, method, y=_NUL, om=_NUL, ol=_NUL):
 
     x2 = x if pr.direct else _contiguous(_rows_of(x, pr.perm, pr.rows, pr.n))
     pl = pr.plan
+    if pl.path == "cluster":
+        ldx, ldy, rows, n, a_op, seg, hold = pr.args
+        _compile.launch(pr.kernels[0], pr.grid, pr.block, (x2, ldx, y, ldy, rows, n, a_op, om, ol, seg, hold),
+                        shared_mem=pr.smem, what="softmax_cluster")
+        return
     if pl.path == "split":
         ws = cupy.zeros(1 + pr.rows * pl.chunks, dtype=np.uint64)  # [0]: the ticket; then one word per chunk
         ldx, ldy, rows, n, a_op, K, S, lag = pr.args
@@ -405,12 +521,38 @@ def _softmax_impl(x, axis=None, op=OP_SOFTMAX, method="online", partition=None, 
 
 
 def softmax(x, axis=None, *, method="online"):
-    """``scipy.special.softmax`` on the GPU: exp(x − max) / sum(exp(x − max)) over ``axis`` (None: all)."""
+    """``scipy.special.softmax`` on the GPU: ``exp(x − max) / sum(exp(x − max))`` over ``axis``.
+
+    The online-softmax state (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax",
+    Algorithm 3): a running ``(m, l)`` per thread, merged with ``m = max(ma, mb)``,
+    ``l = la·e^(ma−m) + lb·e^(mb−m)`` through warp shuffles, shared memory and blocks; the row is then
+    normalised from one more read (or from on-chip memory when it fits: one HBM read, one write).
+
+    Args:
+        x: CuPy array (or a CUDA array via DLPack), float16, bfloat16, float32 or float64, any shape and
+            strides; the reduced axes are moved last without a copy where the layout allows.
+        axis: int, tuple of ints, or None (all axes), as scipy.
+        method: ``"online"`` (default), ``"safe"`` (three passes: max, sum, normalise) or ``"naive"`` (no max
+            subtraction: overflows for large inputs, by design, for the overflow experiment).
+
+    Returns:
+        CuPy array of ``x``'s shape and dtype; accumulation in float32 (float64 for float64 input). Edge values
+        as scipy: a row of all −inf or with a +inf gives NaN, NaN propagates.
+
+    Raises:
+        TypeError: not a CuPy/CUDA array, or an integer, bool or complex dtype.
+        ValueError: axis out of range or repeated, an empty reduction, an unknown method. All before any launch.
+    """
     return _softmax_impl(x, axis, OP_SOFTMAX, method)
 
 
 def log_softmax(x, axis=None, *, method="online"):
-    """``scipy.special.log_softmax`` on the GPU: (x − max) − log(sum(exp(x − max))) over ``axis``."""
+    """``scipy.special.log_softmax`` on the GPU: ``(x − m) − log(l)`` over ``axis`` from the online state
+    ``(m, l)`` (Milakov & Gimelshein 2018), with no exp/log round trip of the output.
+
+    Arguments, dtypes, paths and errors as :func:`softmax`. Returns an array of ``x``'s shape and dtype; a row
+    of all −inf gives NaN (as scipy), a −inf entry in a finite row gives −inf.
+    """
     return _softmax_impl(x, axis, OP_LOG_SOFTMAX, method)
 
 

@@ -16,6 +16,10 @@ Sources:
   O move once and K, V once per Q tile.
 - Norms: a fused residual add + norm reads x and residual and writes y and the new residual (4 passes);
   unfused it is an add (2 reads, 1 write) then a norm (1 read, 1 write): 5 passes.
+- Attention backward (:func:`attention_backward_bytes`): FlashAttention-2 (Dao 2023), Algorithm 2 (K/V tiles
+  outermost, S and P recomputed from the saved lse, dQ accumulated through HBM); FlashAttention (Dao et al. 2022)
+  Algorithm 4 / Appendix B.2. logsumexp (:func:`logsumexp_bytes`): the online normaliser alone, one read pass.
+  Norm backward (:func:`norm_backward_bytes`): dy and x in, dx out, plus the two-stage dweight/dbias sums.
 
 Units: bytes (int). Element sizes from the dtype (float16/bfloat16 2, float32 4).
 """
@@ -290,3 +294,114 @@ def attention_min_bytes(batch: int, heads: int, seqlen_q: int, seqlen_k: int, he
     s = itemsize(dtype)
     Hkv = heads if heads_kv is None else heads_kv
     return int(batch * (heads * seqlen_q * (2 * head_dim * s + (4 if lse else 0)) + Hkv * 2 * seqlen_k * head_dim * s))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reductions and backward passes
+def logsumexp_bytes(rows: int, cols: int, dtype, chunks: int = 1, out_dtype=None) -> int:
+    """HBM bytes of a row logsumexp (the softmax normaliser alone) over ``rows`` rows of ``cols`` elements.
+
+    The online normaliser (Milakov & Gimelshein 2018, Algorithm 3 without its final pass) reads each element
+    once and writes one value per row: ``rows * cols * s_in + rows * s_out``. With ``chunks = K > 1`` (cuflash's
+    streaming path for long rows, ``softmax.plan(...).chunks``) every chunk writes its float32 (m, l) state and a
+    second launch reads them back: ``+ 2 * rows * K * 8`` bytes.
+    """
+    s_in = itemsize(dtype)
+    s_out = itemsize(out_dtype if out_dtype is not None else dtype)
+    k = max(int(chunks), 1)
+    total = int(rows) * int(cols) * s_in + int(rows) * s_out
+    if k > 1:
+        total += 2 * int(rows) * k * 2 * ACC_BYTES
+    return int(total)
+
+
+def norm_backward_bytes(rows: int, hidden: int, dtype, kind: str = "layer", weight: bool = True,
+                        weight_dtype=None, blocks: int | None = None) -> int:
+    """HBM bytes of the LayerNorm (``kind="layer"``) or RMSNorm (``"rms"``) backward over ``rows x hidden``.
+
+    The gradient (Ba, Kiros & Hinton 2016 for LayerNorm; Zhang & Sennrich 2019 for RMSNorm) needs, per element,
+    dy and x (the statistics are saved by the forward) and produces dx: ``3 N s`` (N = rows * hidden). Per row the
+    float32 statistics are read (mean and rstd for LayerNorm, rstd for RMSNorm), the weight once:
+    ``hidden * s_w``. dweight (and dbias, LayerNorm) are column sums over the rows, reduced in two stages as in
+    ``cuflash.norm``: each of ``blocks`` blocks writes a float32 partial row per accumulator, a second kernel
+    reads them and writes the final ``hidden`` values: ``(blocks * hidden * 4 * 2 + hidden * s_w)`` per
+    accumulator. ``blocks`` defaults to ``min(rows, 1024)`` (cuflash launches up to the resident blocks of the
+    GPU; pass the real count when known).
+    """
+    if kind not in ("layer", "rms"):
+        raise ValueError(f"kind must be 'layer' or 'rms', got {kind!r}")
+    s = itemsize(dtype)
+    sw = itemsize(weight_dtype if weight_dtype is not None else dtype)
+    R, h = int(rows), int(hidden)
+    nb = min(R, 1024) if blocks is None else int(blocks)
+    total = 3 * R * h * s + R * ACC_BYTES * (2 if kind == "layer" else 1)
+    nacc = int(bool(weight)) + int(kind == "layer")
+    if weight:
+        total += h * sw
+    total += nacc * (nb * h * ACC_BYTES * 2 + h * sw)
+    return int(total)
+
+
+def _visible_q_rows_per_k_tile(seqlen_q, seqlen_k, Br, Bc, window):
+    """Query rows (tile-granular: whole Br-row tiles, clipped to seqlen_q) loaded by each Bc-key tile."""
+    Sq, Sk = int(seqlen_q), int(seqlen_k)
+    shift = Sk - Sq
+    left, right = window
+    j0 = np.arange(0, Sk, Bc, dtype=np.int64)
+    j1 = np.minimum(j0 + Bc, Sk)
+    ilo = np.zeros_like(j0) if right < 0 else np.maximum(0, j0 - shift - right)
+    ihi = np.full_like(j0, Sq - 1) if left < 0 else np.minimum(Sq - 1, j1 - 1 - shift + left)
+    it0 = ilo // Br * Br
+    rows = np.where(ihi >= ilo, np.minimum(Sq, (ihi // Br + 1) * Br) - it0, 0)
+    return np.maximum(rows, 0)
+
+
+def attention_backward_bytes(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, Br: int = 64,
+                             Bc: int = 64, dtype="float16", causal: bool = False, *, heads_kv: int | None = None,
+                             window=None, deterministic: bool = False) -> int:
+    """HBM bytes of the FlashAttention-2 backward as ``cuflash.attention_backward`` runs it (tensor-core path).
+
+    FlashAttention-2 (Dao 2023), Algorithm 2 (and FlashAttention, Dao et al. 2022, Algorithm 4 / Appendix B.2):
+    K/V tiles outermost, Q tiles inner, S and P recomputed from the saved lse so no N^2 matrix touches HBM.
+    With s = dtype size, d = head_dim, per (batch, query head) unless marked per KV head:
+
+    - preprocess (Alg. 2 line 4: D = rowsum(dO o O)): read O and dO ``2 Sq d s``, read lse ``4 Sq``, write D and
+      the safe lse ``8 Sq``; with atomics, zero the float32 dQ accumulator ``4 Sq d``.
+    - dK/dV pass: K_j, V_j read once and dK_j, dV_j written once, ``4 Sk d s`` per KV head; for every (K tile j,
+      visited Q tile i) Q_i and dO_i are read (``2 Br d s``) with lse_i and D_i (``8 Br``); with atomics
+      (default) dQ_i is read and written back in float32 (Alg. 2 line 15: ``2 * 4 Br d``). The Q tiles a K
+      tile visits are whole Br-row tiles from the first query row that sees one of its keys (causal / window
+      masks bottom-right aligned, as in the kernel), clipped to seqlen_q.
+    - atomics: a convert pass reads the accumulator ``4 Sq d`` and writes dQ ``Sq d s``.
+      ``deterministic``: instead a dQ pass over Q tiles reads Q_i, dO_i, lse_i, D_i once and K_j, V_j (tiles of
+      Br keys) for every visited key tile, and writes dQ ``Sq d s``.
+
+    Without masks and with atomics this is ``Sq (2 d s + 12 + 4 d + 4 d + d s) + Hkv/H * 4 Sk d s
+    + T_c Sq (2 d s + 8 + 8 d)`` with T_c = ceil(Sk / Bc): Theta(N^2 d / Bc), the dQ round trips dominating.
+    Atomics resolve in L2, so measured DRAM bytes fall far below this count. Returns int bytes for the batch.
+    """
+    B, H, Sq, Sk, d = int(batch), int(heads), int(seqlen_q), int(seqlen_k), int(head_dim)
+    Hkv = H if heads_kv is None else int(heads_kv)
+    Br, Bc = int(Br), int(Bc)
+    s = itemsize(dtype)
+    w = _window(causal, window)
+    atomic = not deterministic
+    per_q = 2 * Sq * d * s + 4 * Sq + 8 * Sq                 # preprocess: O, dO, lse in; D, lse_safe out
+    if atomic:
+        per_q += Sq * d * ACC_BYTES                          # zero the dQ accumulator
+    rows = int(_visible_q_rows_per_k_tile(Sq, Sk, Br, Bc, w).sum())
+    per_q += rows * (2 * d * s + 2 * ACC_BYTES)              # Q_i, dO_i, lse_i, D_i per visited tile pair
+    if atomic:
+        per_q += rows * d * ACC_BYTES * 2                    # dQ_i read-modify-write (float32)
+        per_q += Sq * d * ACC_BYTES + Sq * d * s             # convert: accumulator in, dQ out
+    else:
+        i0 = np.arange(0, Sq, Br, dtype=np.int64)
+        i1 = np.minimum(i0 + Br, Sq)
+        lo, hi = _key_range_vec(i0, i1, Sq, Sk, w)
+        jt0 = lo // Br * Br
+        keys = np.where(hi > lo, np.minimum(Sk, -(-hi // Br) * Br) - jt0, 0)
+        per_q += Sq * (2 * d * s + 2 * ACC_BYTES)            # Q_i, dO_i, lse_i, D_i once
+        per_q += int(keys.sum()) * 2 * d * s                 # K_j, V_j per visited key tile
+        per_q += Sq * d * s                                  # dQ out
+    per_kv = 4 * Sk * d * s                                  # K, V in; dK, dV out
+    return int(B * (H * per_q + Hkv * per_kv))

@@ -96,6 +96,7 @@ def main(argv=None) -> int:
 
     import cuflash
     from cuflash._dtypes import bfloat16
+    from cuflash import attention_bwd
 
     th = None if a.no_torch else sdpa_peers("attention_bwd_bench")
     combos = [(dn, d, n, m) for dn in a.dtypes for d in a.head_dims for n in a.seqlens for m in a.masks]
@@ -136,12 +137,13 @@ def main(argv=None) -> int:
         t = bench.time_cuda(bwd, warmup=a.warmup, rep=a.rep)
         row["cuflash_bwd_ms"] = t["median_ms"]
         row["cuflash_bwd_tflops"] = 2.5 * F / (t["median_ms"] * 1e-3) / 1e12
-        if d in (64, 128):  # the dK/dV kernel with Bc = 128 keys per block (8 warps), same run
+        if d in (64, 128):  # the dK/dV kernel with the other Bc (64 or 128 keys per block), same run
+            other = 64 if attention_bwd.DEFAULT_BC[d] == 128 else 128
             t = bench.time_cuda(lambda: cuflash.attention_backward(do, q, k, v, out, lse, causal=causal,
                                                                    deterministic=a.deterministic,
-                                                                   block_sizes=(64, 128)),
+                                                                   block_sizes=(64, other)),
                                 warmup=a.warmup, rep=a.rep)
-            row["cuflash_bwd_bc128_tflops"] = 2.5 * F / (t["median_ms"] * 1e-3) / 1e12
+            row[f"cuflash_bwd_bc{other}_tflops"] = 2.5 * F / (t["median_ms"] * 1e-3) / 1e12
         if not a.deterministic:  # the other dQ path, same run
             t = bench.time_cuda(lambda: cuflash.attention_backward(do, q, k, v, out, lse, causal=causal,
                                                                    deterministic=True), warmup=a.warmup, rep=a.rep)
@@ -198,7 +200,7 @@ def main(argv=None) -> int:
             "dq_path": "deterministic (separate dQ kernel)" if a.deterministic else "float32 atomicAdd"}
     path = bench.write_results(a.name, rows, meta)
     cols = ["dtype", "head_dim", "seqlen", "causal", "cuflash_fwdbwd_tflops", "cuflash_bwd_tflops",
-            "cuflash_bwd_bc128_tflops", "cuflash_bwd_det_tflops", "dq_err",
+            "cuflash_bwd_bc64_tflops", "cuflash_bwd_bc128_tflops", "cuflash_bwd_det_tflops", "dq_err",
             "torch_flash_fwdbwd_tflops", "torch_flash_bwd_tflops", "torch_flash_dq_err", "torch_cudnn_fwdbwd_tflops",
             "ratio_fwdbwd_vs_flash", "dk_vs_flash", "dv_vs_flash"]
     print(bench.table(rows, cols))

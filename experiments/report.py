@@ -4,6 +4,8 @@ The report opens with the table every kernel is judged by — kernel, shape, dty
 latency, GB/s or TFLOP/s, and the ratio to the peer/anchor measured in the same run — gathered from every
 results file that has those columns, then one section per results file (environment: GPU, commit, command,
 date; a table of its rows; its plots from ``plots/``), then the GPU test records (``*_tests.json``).
+The modeled vs measured HBM bytes of every kernel (``traffic_check.json`` from experiments/traffic_check.py, else
+its PREDICTED version) get their own table right after the judged one.
 It reads whatever exists and skips what is missing or unreadable; files made without a GPU (``*_predicted``,
 or ``meta.predicted``) are labelled PREDICTED everywhere they appear.
 
@@ -65,6 +67,8 @@ SECTION_COLS = {
                                   "max_abs_err"),
     "numerics_reduction_order": ("op", "dataset", "dtype", "tree", "ept", "threads", "blocks_per_row", "kernel",
                                  "err", "bound", "within_bound"),
+    "traffic_check": ("kernel", "variant", "shape", "dtype", "modeled_gb", "measured_gb", "ratio", "flag",
+                      "predicted_for"),
     "numerics_variance": ("method", "backend", "input_dtype", "arith_dtype", "mean_over_std", "n",
                           "max_rel_err_var"),
 }
@@ -389,6 +393,42 @@ def plots_for(stem, plots: Path):
             if p.stem == stem or (p.stem.startswith(stem + "_") and ("predicted" in p.stem) == pred)]
 
 
+TRAFFIC = "traffic_check"
+
+
+def traffic_section(data, plots: Path, out: Path):
+    """(lines, stem used) of the "Modeled vs measured HBM bytes" table: kernel, shape, modeled GB, measured GB,
+    their ratio and the note, from traffic_check.json (measured), else traffic_check_predicted.json; ([], None)
+    when neither exists."""
+    docs = dict(data)
+    stem = next((s for s in (TRAFFIC, TRAFFIC + "_predicted") if s in docs), None)
+    if stem is None:
+        return [], None
+    doc = docs[stem]
+    pred = is_predicted(stem, doc)
+    rows = []
+    for r in (x for x in (doc.get("rows") or []) if isinstance(x, dict)):
+        kern = f"{r.get('kernel', '')} {r.get('variant') or ''}".strip()
+        note = r.get("model_note") or r.get("error") or ""
+        mb = r.get("model_bytes")
+        rows.append({"kernel": kern, "shape": r.get("shape", ""), "dtype": r.get("dtype", ""),
+                     "modeled GB": r.get("modeled_gb", mb / 1e9 if _num(mb) else None),
+                     "measured GB": r.get("measured_gb"), "measured / modeled": r.get("ratio"),
+                     "note": ("> 10 %: " + note) if r.get("flag") else note})
+    lines = [f"## Modeled vs measured HBM bytes{' — PREDICTED (no GPU)' if pred else ''}", "",
+             f"`{stem}.json` · " + env_line(doc), "",
+             "Modeled: `cuflash.traffic` (the bytes the schedule moves, no credit for L2). Measured: Nsight Compute "
+             "`dram__bytes_read.sum + dram__bytes_write.sum` over every launch of the call (caches flushed before "
+             "each kernel). Notes flag differences above 10 % and give the known reason.", ""]
+    if pred:
+        lines += ["_PREDICTED: no measurement was made (no GPU or no ncu); the measured columns are empty._", ""]
+    lines += [md_table(rows, ["kernel", "shape", "dtype", "modeled GB", "measured GB", "measured / modeled",
+                              "note"]) if rows else "_No rows._", ""]
+    for p in plots_for(stem, plots):
+        lines += [f"![{p.stem}]({os.path.relpath(p, out.parent)})", ""]
+    return lines, stem
+
+
 def build(results: Path, plots: Path, out: Path) -> str:
     docs, bad = load(results)
     tests = [(s, d) for s, d in docs if s.endswith("_tests") or ("counts" in d and "rows" not in d)]
@@ -414,7 +454,11 @@ def build(results: Path, plots: Path, out: Path) -> str:
                       + "._", ""]
     else:
         lines += ["_No results with latencies yet (run the experiments)._", ""]
+    tlines, tstem = traffic_section(data, plots, out)
+    lines += tlines
     for stem, doc in data:
+        if stem == tstem:
+            continue
         rows = [r for r in (doc.get("rows") or []) if isinstance(r, dict)]
         pred = is_predicted(stem, doc)
         base = stem.replace("_predicted", "")

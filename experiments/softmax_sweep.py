@@ -29,7 +29,10 @@ COLS = [1 << k for k in range(10, 21)]  # 1K .. 1M
 METHODS = ("online", "safe", "naive")
 TRITON_MAX_COLS = 65536
 TUNE = [{"chunk_slots": 4096}, {"lag": 132}, {"lag": 528}, {"lag": 1056}, {"chunk_slots": 4096, "lag": 132},
-        {"split": "registers"}, {"single_read": False}]  # a one-row-per-program kernel: the row must fit on chip
+        {"split": "registers"}, {"single_read": False},
+        {"cluster": 0},  # the planner without the cluster path (block / split), for comparison
+        {"path": "cluster", "cluster": 2}, {"path": "cluster", "cluster": 4},  # the cluster split (cc >= 9.0)
+        {"path": "cluster", "cluster": 8}]  # a one-row-per-program kernel: the row must fit on chip
 
 
 def parse_args(argv=None):

@@ -97,9 +97,19 @@ def test_declared_names_cover_defaults():
 def test_non_array_input_raises_typeerror():
     from cuflash.attention import attention
 
-    x = np.zeros((1, 1, 4, 64), np.float16)
-    with pytest.raises(TypeError):
+    x = np.ones((1, 1, 4, 64), np.float16)
+    with pytest.raises(TypeError, match=r"q must be a CuPy array on the GPU, got a host ndarray.*cupy.asarray"):
         attention(x, x, x)
+    with pytest.raises(TypeError, match="q must be a CuPy array"):
+        attention([1.0], x, x)
+
+
+def test_backward_names_dout_first():
+    from cuflash.attention_bwd import attention_backward
+
+    x = np.ones((1, 1, 4, 64), np.float16)
+    with pytest.raises(TypeError, match="dout must be a CuPy array"):
+        attention_backward(x, x, x, x, x, x)
 
 
 def test_reference_matches_cpu_reference(rng):
@@ -422,4 +432,5 @@ def auto_kernel(request, monkeypatch):
         if cupy.cuda.Device().compute_capability != "90":
             pytest.skip("the wgmma kernel needs compute capability 9.0")
     monkeypatch.setattr(attn_mod, "AUTO_WGMMA", request.param == "wgmma")
+    monkeypatch.setattr(attn_mod, "AUTO_WGMMA_MIN_HEAD_DIM", 0)  # every head_dim the wgmma kernel supports
     return request.param

@@ -204,8 +204,10 @@ def test_every_kernel_is_declared():
     for dt in DTYPES:
         for wdt in norm._wtypes(dt):
             for kind in (norm.LAYER, norm.RMS):
-                assert norm._fwd_name(dt, wdt, kind, False) in names
-                assert norm._fwd_name(dt, wdt, kind, True) in names
+                for res in (False, True):
+                    for warp in (False, True):
+                        assert norm._fwd_name(dt, wdt, kind, res, warp) in names
+                        assert norm._stream_name(dt, wdt, kind, res, warp) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
         assert norm._red_name(dt) in names
 
@@ -288,6 +290,27 @@ def test_forward_matches_reference(cp, rng, kind, dt, hidden):
     rows = 7 if hidden <= 70000 else 3
     for variant in (0, 1, 2, 3):
         _run_forward(cp, rng, kind, dt, rows, hidden, variant)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+@pytest.mark.parametrize("path", ["registers", "registers-strided", "stream"])
+def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path):
+    """Both forward kernels at row counts that leave the last block partly empty and make blocks stride over
+    rows: the register kernel (warp per row up to 1024 values, WARP_ROWS rows a block; block per row above;
+    ``registers-strided`` caps its grid at one wave) and the streamed kernel (whole-vector rows, persistent
+    grid: warp per row up to 4 KiB, block per row above, two or three rows staged ahead)."""
+    monkeypatch.setattr(norm, "STREAM", path == "stream")
+    monkeypatch.setattr(norm, "STREAM_MIN_VECS", 0)  # every whole-vector row length streams
+    monkeypatch.setattr(norm, "FWD_WAVES", 1 if path == "registers-strided" else 0)
+    hiddens = (8, 129, 511, 1023, 1024, 1025, 2048, 4096, 12288)
+    for hidden in hiddens if path != "registers-strided" else (1023, 1025):
+        for rows in (9, 1001, 12001):
+            if rows * hidden > 13_000_000:
+                continue
+            for variant in (0, 1, 3):
+                _run_forward(cp, rng, kind, dt, rows, hidden, variant, check_rows=None if rows < 2000 else np.s_[::7])
 
 
 def _gpu_randn(cp, shape, dt, seed, scale=1.0, loc=0.0):

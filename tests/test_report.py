@@ -1,5 +1,6 @@
 """The report and the predicted-mode (no GPU) sweeps: run on the CPU into a temporary folder (``--out``), so
 committed results are never overwritten; plus the ncu CSV parser and the measured/modeled comparison."""
+import importlib
 import importlib.util
 import json
 from pathlib import Path
@@ -138,3 +139,110 @@ def test_report_labels_rows_without_kernel_or_shape(tmp_path):
     assert "| attention wgmma sm90 causal |" in judged and "speed_vs_torch_flash=0.79" in judged
     assert "| cuflash softmax online (warp) | 64x1024 |" in judged and "speed_vs_torch=2" in judged
     assert "![attention_tile_sweep_predicted](plots/attention_tile_sweep_predicted.png)" in text
+
+
+# ------------------------------------------------------------------------------------------ traffic_check (issue #7)
+TRAFFIC_KERNELS = {"softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm", "layer_norm_backward",
+                   "rms_norm_backward", "attention", "attention_backward"}
+
+
+def test_traffic_check_predicted(tmp_path, capsys):
+    """Model only (--predict): every kernel, its model from cuflash.traffic, PREDICTED labels, exit 0."""
+    from cuflash import traffic
+
+    assert _script("traffic_check").main(["--predict", "--quick", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "traffic_check_predicted.json").read_text())
+    rows = doc["rows"]
+    assert doc["meta"]["predicted"] is True and doc["environment"]["command"]
+    assert {r["kernel"] for r in rows} == TRAFFIC_KERNELS
+    assert all(r["mode"] == "predicted" and r["model_bytes"] > 0 and r["call"] for r in rows)
+    variants = [r["variant"] for r in rows if r["kernel"] == "attention"]
+    assert [v.split()[0] for v in variants] == ["fa2", "fa1", "standard", "wgmma"]   # H200: cc 9.0
+    sm = {r["variant"]: r for r in rows if r["kernel"] == "softmax"}
+    assert sm["online (block)"]["model_bytes"] == traffic.softmax_bytes(2048, 4096, "float32", "cached")
+    assert sm["safe (stream)"]["model_bytes"] == traffic.softmax_bytes(2048, 4096, "float32", "safe")
+    assert sm["online (split)"]["model_bytes"] > traffic.softmax_bytes(32, 262144, "float32", "cached")
+    bwd = next(r for r in rows if r["kernel"] == "attention_backward")
+    bc = importlib.import_module("cuflash.attention_bwd").DEFAULT_BC[128]
+    assert bwd["model_bytes"] == traffic.attention_backward_bytes(1, 8, 2048, 2048, 128, 64, bc, "bfloat16")
+    assert (tmp_path / "traffic_check_predicted.csv").is_file()
+    assert (tmp_path / "plots" / "traffic_check_predicted.png").stat().st_size > 1000
+    assert not (tmp_path / "traffic_check.json").exists()
+    # another GPU table: no wgmma row off Hopper
+    assert _script("traffic_check").main(["--predict", "--quick", "--gpu", "A100", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "traffic_check_predicted.json").read_text())["rows"]
+    assert not any(r["variant"].startswith("wgmma") for r in rows)
+    # --replot redraws from the JSON alone
+    (tmp_path / "plots" / "traffic_check_predicted.png").unlink()
+    assert _script("traffic_check").main(["--replot", "--predict", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "plots" / "traffic_check_predicted.png").is_file()
+
+
+@pytest.mark.skipif(__import__("cuflash").bench.has_gpu(), reason="checks the no-GPU path")
+def test_traffic_check_without_gpu_exits_2(tmp_path, capsys):
+    assert _script("traffic_check").main(["--quick", "--out", str(tmp_path)]) == 2
+    assert "PREDICTED" in capsys.readouterr().out
+    assert json.loads((tmp_path / "traffic_check_predicted.json").read_text())["meta"]["predicted"] is True
+
+
+def test_traffic_check_measured_path_and_report(tmp_path, monkeypatch):
+    """The measured path with ncu faked (one measure_many call for all kernels), then the report's table."""
+    from cuflash import bench
+
+    mod = _script("traffic_check")
+    res = tmp_path / "results"
+    real_device = mod.Device
+    monkeypatch.setattr(mod, "Device", lambda gpu, real: real_device(gpu, False))
+    monkeypatch.setattr(bench, "has_gpu", lambda: True)
+    monkeypatch.setattr(ncu, "available", lambda: True)
+    a = mod.parse_args(["--quick"])
+    model = [r["model_bytes"] for r, _ in mod.cases(a, real_device("H200", False))]
+    seen = []
+
+    def fake_measure_many(setup, calls, **kw):
+        compile(ncu._script(setup, calls, 1), "region", "exec")     # the generated program is valid Python
+        seen.append(len(calls))
+        out = []
+        for i, _ in enumerate(calls):
+            if i == 1:
+                out.append({"read_bytes": None, "write_bytes": None, "bytes": None, "launches": [],
+                            "n_launches": 0, "error": "RuntimeError: boom"})
+                continue
+            b = model[i] * (1.02 if i == 0 else 0.5)
+            out.append({"read_bytes": 0.75 * b, "write_bytes": 0.25 * b, "bytes": b, "launches": [{}] * 3,
+                        "n_launches": 3, "error": None})
+        return out
+
+    monkeypatch.setattr(ncu, "measure_many", fake_measure_many)
+    assert mod.main(["--quick", "--out", str(res), "--plots", str(tmp_path / "plots")]) == 0
+    assert seen == [len(model)]                                      # ONE ncu process for every kernel
+    rows = json.loads((res / "traffic_check.json").read_text())["rows"]
+    assert all(r["mode"] == "measured" for r in rows)
+    assert rows[0]["ratio"] == pytest.approx(1.02) and rows[0]["flag"] == "" and rows[0]["model_note"] == ""
+    assert rows[1]["measured_gb"] is None and rows[1]["error"] == "RuntimeError: boom"
+    assert rows[2]["ratio"] == pytest.approx(0.5) and rows[2]["flag"] == ">10%"
+    assert rows[2]["model_note"] == "measured 0.50x model: " + mod.WHY["stream"][0]
+    assert all(r["model_note"] for r in rows[2:])
+    assert (tmp_path / "plots" / "traffic_check.png").stat().st_size > 1000
+    out = tmp_path / "REPORT.md"
+    assert _script("report").main(["--results", str(res), "--plots", str(tmp_path / "plots"), "--out", str(out)]) == 0
+    text = out.read_text()
+    print(text)
+    sec = text.split("## Modeled vs measured HBM bytes")[1].split("\n## ")[0]
+    assert "| kernel | shape | dtype | modeled GB | measured GB | measured / modeled | note |" in sec
+    assert "| softmax online (block) | 2048x4096 | float32 | 0.06711 | 0.06845 | 1.02 |  |" in sec
+    assert "RuntimeError: boom" in sec and "> 10 %: measured 0.50x model: dQ float32 atomics" in sec
+    assert "..." not in sec                                            # notes short enough for the table
+    assert "![traffic_check](plots/traffic_check.png)" in sec
+    assert text.count("traffic_check.json") == 1                     # no second, generic section
+
+
+def test_cli_run_lists_scripts(capsys):
+    from cuflash import cli
+
+    assert cli.main(["run"]) == 0
+    out = capsys.readouterr().out
+    assert "tile_sweep" in out and "norm_sweep" in out and "_common" not in out
+    assert cli.main(["run", "no_such_script"]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_script" in err and "tile_sweep" in err

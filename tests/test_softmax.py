@@ -1,6 +1,6 @@
 """cuflash softmax / log_softmax / logsumexp / online-softmax state against float64 scipy.special.
 
-Every kernel path (warp, block, split, stream) at the row lengths around each switch and each vector tail, the
+Every kernel path (warp, block, split, cluster, stream) at the row lengths around each switch and each vector tail, the
 three 16/32-bit dtypes (and float64), many rows, non-contiguous inputs and several axes; the handed cases of
 ``shared/cases/softmax.json`` one by one; property tests of the state merge and of row sums; bad input.
 The rule (DESIGN.md): the error is within 2x the error of a straightforward implementation in the same precision
@@ -527,3 +527,259 @@ def test_more_than_2_to_32_elements(cp):
     lse = cuflash.logsumexp(x, axis=-1)
     np.testing.assert_allclose(float(lse[rows - 1]), scipy.special.logsumexp(x[rows - 1].get().astype(np.float64)),
                                rtol=2e-3)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the cluster path (compute capability >= 9.0): a row over a thread-block cluster of C blocks
+CC_H200 = 90
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_plan(dtype, monkeypatch):
+    vec = 16 // np.dtype(dtype).itemsize
+    long_n = sm.CLUSTER_ROW_BYTES[0] // np.dtype(dtype).itemsize
+    top_n = sm.CLUSTER_ROW_BYTES[1] // np.dtype(dtype).itemsize
+    # automatic: long rows, enough rows to cover the SMs, softmax/log_softmax, method online, cc >= 9.0 only
+    p = sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200)
+    assert p.path == "cluster" and p.chunks in sm.CLUSTER_SIZES and p.threads == sm.CLUSTER_THREADS
+    assert sm.plan(dtype, 8192, long_n, op=sm.OP_LOG_SOFTMAX, sms=SMS, cc=CC_H200).path == "cluster"
+    for cc in (None, 80, 89):
+        assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=cc) == sm.plan(dtype, 8192, long_n, sms=SMS)
+    assert sm.plan(dtype, 8192, long_n - 1, sms=SMS, cc=CC_H200).path != "cluster"
+    assert sm.plan(dtype, 1024, top_n, sms=SMS, cc=CC_H200).path == "cluster"
+    assert sm.plan(dtype, 1024, top_n + 1, sms=SMS, cc=CC_H200).path != "cluster"
+    assert sm.plan(dtype, 8192, long_n, method="safe", sms=SMS, cc=CC_H200).path == "stream"
+    assert sm.plan(dtype, 8192, long_n, op=sm.OP_LSE, sms=SMS, cc=CC_H200).path != "cluster"
+    assert sm.plan(dtype, 4, 1 << 20, sms=SMS, cc=CC_H200).path == "split"  # 4 rows x 8 blocks < SMs
+    assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200, partition={"cluster": 0}) == \
+        sm.plan(dtype, 8192, long_n, sms=SMS)
+    assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200, partition={"chunks": 5}).path == "split"
+    monkeypatch.setattr(sm, "CLUSTER_ROW_BYTES", None)
+    assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200).path != "cluster"
+    monkeypatch.undo()
+    # C: the smallest size whose segments fit CLUSTER_SEGMENT_BYTES with rows x C >= SMs, else 8
+    for rows, n in ((8192, 1 << 15), (1024, 1 << 16), (512, 1 << 17), (64, 1 << 20), (40, 1 << 16), (17, 1 << 16),
+                    (8192, 1 << 14)):
+        p = sm.plan(dtype, rows, n, sms=SMS, cc=CC_H200)
+        nbytes = n * np.dtype(dtype).itemsize
+        want = next((c for c in sm.CLUSTER_SIZES if nbytes <= c * sm.CLUSTER_SEGMENT_BYTES and rows * c >= SMS), 8)
+        if sm.CLUSTER_ROW_BYTES[0] <= nbytes <= sm.CLUSTER_ROW_BYTES[1] and rows * want >= SMS:
+            assert (p.path, p.chunks) == ("cluster", want), (rows, n, p)
+        else:
+            assert p.path != "cluster", (rows, n, p)
+    # forced: any length, any C, every op; capacity C x S covers the row (aligned or not)
+    for n in sorted({1, 2, vec - 1, vec + 1, 1000, 3001, 65537, 1 << 20} - {0}):
+        for c in sm.CLUSTER_SIZES:
+            for aligned in (True, False):
+                for op in (sm.OP_SOFTMAX, sm.OP_LSE, sm.OP_STATE):
+                    p = sm.plan(dtype, 3, n, op=op, aligned=aligned, sms=SMS, cc=CC_H200,
+                                partition={"path": "cluster", "cluster": c})
+                    slots = -(-(n + (0 if aligned else vec - 1)) // vec)
+                    assert p.path == "cluster" and p.chunks == c and c * p.slots_per_chunk >= slots
+                    assert p.slots_per_chunk == -(-slots // c)  # (short rows leave the last blocks empty)
+    assert sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster"}).path == "cluster"
+    from cuflash import _compile
+
+    with pytest.raises(_compile.ConfigurationError, match="9.0"):
+        sm.plan(dtype, 3, 100, sms=SMS, cc=80, partition={"path": "cluster"})
+    with pytest.raises(ValueError, match="online"):
+        sm.plan(dtype, 3, 100, method="safe", sms=SMS, cc=CC_H200, partition={"path": "cluster"})
+    with pytest.raises(ValueError, match="cluster size"):
+        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": 16})
+    with pytest.raises(ValueError, match="path"):
+        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "clusterr"})
+
+
+def test_cluster_never_for_float64():
+    assert sm.plan(np.float64, 8192, 1 << 16, sms=SMS, cc=CC_H200).path == "stream"
+    with pytest.raises(ValueError):
+        sm.plan(np.float64, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster"})
+
+
+def test_cluster_kernels_declared_for_sm90_only():
+    from cuflash import _compile
+
+    decl = {(n, e) for s, n, e, _ in _compile.declared() if s == sm.SOURCE and "softmax_cluster" in n}
+    want = {(sm._cluster_name(_dtypes.CTYPE[dt], c), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
+            for c in sm.CLUSTER_SIZES}
+    assert decl == want  # declared once each, with the sm_90 option (test_compile builds them for sm_90 only)
+
+
+def _needs_cluster():
+    import cupy
+
+    cc = int(cupy.cuda.Device().compute_capability)
+    if cc < 90:
+        pytest.skip(f"the cluster path needs compute capability >= 9.0 (device: {cc})")
+
+
+def _poisoned(cp, shape, dtype):
+    """An output array whose every byte is 0xFF (NaN in float16, bfloat16 and float32): unwritten entries show."""
+    a = cp.empty(shape, dtype=dtype)
+    a.view(cp.uint8)[...] = 0xFF
+    return a
+
+
+def _cluster_run(x, op, part, cp):
+    """One forced cluster launch on rows of x (last axis) into poisoned outputs: the outputs (CuPy) and the Plan."""
+    pr = sm._prepare(x, -1, op, "online", part)
+    assert pr.plan.path == "cluster" and pr.plan.chunks == part.get("cluster", pr.plan.chunks), pr.plan
+    if op < sm.OP_LSE:
+        y = _poisoned(cp, x.shape, x.dtype)
+        sm._exec(pr, x, op, "online", y=y)
+        return y, pr.plan
+    if op == sm.OP_LSE:
+        y = _poisoned(cp, x.shape[:-1], x.dtype)
+        sm._exec(pr, x, op, "online", y=y)
+        return y, pr.plan
+    m, l = _poisoned(cp, x.shape[:-1], np.float32), _poisoned(cp, x.shape[:-1], np.float32)
+    sm._exec(pr, x, op, "online", om=m, ol=l)
+    return (m, l), pr.plan
+
+
+def _cluster_compare(x64, dtype, part, cp, x_dev=None, ops=(sm.OP_SOFTMAX, sm.OP_LOG_SOFTMAX, sm.OP_LSE,
+                                                            sm.OP_STATE)):
+    """Every op of the forced cluster path on x64's rows against float64 scipy (_check's rule)."""
+    xd = _to_device(x64, dtype) if x_dev is None else x_dev
+    n = x64.shape[-1]
+    fns = {sm.OP_SOFTMAX: scipy.special.softmax, sm.OP_LOG_SOFTMAX: scipy.special.log_softmax,
+           sm.OP_LSE: scipy.special.logsumexp}
+    for op in ops:
+        out, pl = _cluster_run(xd, op, part, cp)
+        if op == sm.OP_STATE:  # m is exact (NaN-propagating max); m + log(l) is the logsumexp
+            m, l = out[0].get().astype(np.float64), out[1].get().astype(np.float64)
+            xr = x64.astype(dtype).astype(np.float64)
+            np.testing.assert_array_equal(m, np.max(xr, axis=-1))
+            with np.errstate(all="ignore"):
+                lse = m + np.log(l)
+            f = scipy.special.logsumexp  # of the data as the kernel read it, in float32 (the state's type)
+            _check(lse, _ref(f, xr, np.float32, axis=-1), _baseline(f, xr, np.float32, axis=-1), np.float32, n,
+                   f"state {pl}")
+            continue
+        f = fns[op]
+        _check(out.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n,
+               f"{f.__name__} {pl}")
+
+
+def _cluster_lengths(dtype, c):
+    """Row lengths around the segment boundaries of a C-block cluster and the vector tails."""
+    vec = 16 // np.dtype(dtype).itemsize
+    t = sm.CLUSTER_THREADS
+    out = {1, 2, 3, vec - 1, vec, vec + 1, 3001}
+    for e in (c * vec, c * vec * t, c * vec * t * 4, c * vec * t * 9):  # a slot, a thread sweep, the groups
+        out |= {e - vec, e - 1, e, e + 1, e + vec}
+    return sorted(x for x in out if x >= 1)
+
+
+@gpu
+@pytest.mark.parametrize("c", sm.CLUSTER_SIZES)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_every_size_boundaries_and_tails(dtype, c, rng, cp):
+    _needs_cluster()
+    part = {"path": "cluster", "cluster": c}
+    for n in _cluster_lengths(dtype, c):
+        x64 = rng.standard_normal((3, n)) * 8  # odd n: rows 1 and 2 start inside a 16-byte slot
+        _cluster_compare(x64, dtype, part, cp)
+        # row 0 unaligned too: a view one element into a wider array (lse/state read it in place)
+        wide = _to_device(np.concatenate([np.zeros((3, 1)), x64], axis=1), dtype)
+        _cluster_compare(x64, dtype, part, cp, x_dev=wide[:, 1:])
+
+
+@gpu
+@pytest.mark.parametrize("c", sm.CLUSTER_SIZES)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_rows_longer_than_shared_memory(dtype, c, rng, cp):
+    """The segment's part past the held slots streams (and is re-read): a small hold, no hold, and rows longer
+    than C x CLUSTER_HOLD_BYTES with the default hold."""
+    _needs_cluster()
+    vec = 16 // np.dtype(dtype).itemsize
+    for hold in (16 * 300, 16 * 1000 + 16, 0):
+        for n in (c * vec * 300 + 1, c * vec * 1000 + 7, 12345, 200003):
+            _cluster_compare(rng.standard_normal((2, n)) * 8, dtype,
+                             {"path": "cluster", "cluster": c, "hold_bytes": hold}, cp)
+    n = c * sm.CLUSTER_HOLD_BYTES // np.dtype(dtype).itemsize * 3 // 2 + 3  # 1.5x what the cluster holds
+    x64 = rng.standard_normal((2, n)) * 8
+    x64[1, -5:] = 40.0  # the row's max in the streamed part of the last segment
+    _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c}, cp)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_fewer_and_more_rows_than_clusters(dtype, rng, cp):
+    _needs_cluster()
+    for c in sm.CLUSTER_SIZES:
+        for rows, clusters in ((1, None), (2, 5), (7, 3), (9, 1), (64, 4)):
+            part = {"path": "cluster", "cluster": c}
+            if clusters:
+                part["clusters"] = clusters
+            x64 = rng.standard_normal((rows, 5003)) * 6
+            _cluster_compare(x64, dtype, part, cp)
+            _, pl = _cluster_run(_to_device(x64, dtype), sm.OP_SOFTMAX, part, cp)
+            assert pl.chunks == c
+
+
+def _edge_rows(n, dtype):
+    """Rows of n elements with the edge values spread over the segments (n >= 64)."""
+    big = 6e4 if np.dtype(dtype).itemsize == 2 else 1e30
+    rows = np.tile(np.linspace(-3.0, 3.0, n), (12, 1))
+    rows[0] = -np.inf  # all -inf: every segment's state is empty
+    rows[1, :] = -np.inf
+    rows[1, n // 2] = 0.5  # one finite entry: the other segments are empty, merged in
+    rows[2, n - 1] = np.inf  # +inf in the last segment
+    rows[3, [0, n // 3, n - 1]] = np.inf  # several +inf
+    rows[4, n // 2] = np.nan
+    rows[5, 0] = np.nan
+    rows[5, n - 1] = np.inf
+    rows[6] = 3.0  # all equal
+    rows[7, ::2] = big  # huge values (fp32: 1e30; 16-bit: 6e4)
+    rows[7, 1::2] = -big
+    rows[8] = -big  # huge negative, all equal
+    rows[9, ::3] = -np.inf  # -inf entries beside finite ones
+    rows[10, : n // 2] = -np.inf  # the first segments empty
+    rows[11, n // 2:] = -np.inf  # the last segments empty
+    return rows
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_edge_values_match_scipy(dtype, cp):
+    _needs_cluster()
+    for c in sm.CLUSTER_SIZES:
+        for n in (64, 3001, 40001):
+            x64 = _edge_rows(n, dtype)
+            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c}, cp)
+            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "hold_bytes": 16 * 256}, cp)
+    (m, l), _ = _cluster_run(_to_device([[np.inf, 0.0] * 50, [-np.inf] * 100], np.float32), sm.OP_STATE,
+                             {"path": "cluster", "cluster": 4}, cp)
+    assert m.get().tolist() == [np.inf, -np.inf] and l.get().tolist() == [50.0, 0.0]  # +inf counts 1; empty stays
+
+
+@gpu
+def test_cluster_is_deterministic(rng, cp):
+    _needs_cluster()
+    x = _to_device(rng.standard_normal((3, 300001)), np.float32)
+    for part in ({"path": "cluster", "cluster": 8}, {"path": "cluster", "cluster": 2, "hold_bytes": 4096}):
+        a, _ = _cluster_run(x, sm.OP_SOFTMAX, part, cp)
+        b, _ = _cluster_run(x, sm.OP_SOFTMAX, part, cp)
+        assert bool((a == b).all())
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_chosen_automatically(dtype, rng, cp):
+    """On cc >= 9.0 the public functions take the cluster path for long rows (softmax, log_softmax)."""
+    _needs_cluster()
+    if sm.CLUSTER_ROW_BYTES is None:
+        pytest.skip("the cluster path is switched off (CLUSTER_ROW_BYTES = None)")
+    from cuflash import _compile
+
+    sms = _compile.sm_count(cp.cuda.runtime.getDevice())
+    n = sm.CLUSTER_ROW_BYTES[0] // np.dtype(dtype).itemsize + 1
+    x64 = rng.standard_normal((-(-sms // 2), n)) * 4
+    xd = _to_device(x64, dtype)
+    for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
+        y, pl = sm._softmax_impl(xd, -1, op, "online", None, return_plan=True)
+        assert pl.path == "cluster", pl
+        _check(y.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f.__name__)
+    _, pl = sm._softmax_impl(xd, -1, sm.OP_SOFTMAX, "online", {"cluster": 0}, return_plan=True)
+    assert pl.path != "cluster"

@@ -142,3 +142,90 @@ def test_gpu_tables():
     assert gpus.predict_time_s(0, 752e12, "H200") == pytest.approx(1.0)
     with pytest.raises(ValueError):
         gpus.get("Voodoo2")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# logsumexp, norm backward, attention backward
+def test_logsumexp_bytes():
+    rows, cols = 37, 1823
+    assert traffic.logsumexp_bytes(rows, cols, "float32") == rows * cols * 4 + rows * 4     # one read pass
+    assert traffic.logsumexp_bytes(rows, cols, "bfloat16") == rows * cols * 2 + rows * 2
+    # streaming path: K float32 (m, l) states per row written, then read by the finalize launch
+    assert traffic.logsumexp_bytes(rows, cols, "float32", chunks=5) == rows * cols * 4 + rows * 4 + 2 * rows * 5 * 8
+
+
+def test_norm_backward_bytes():
+    rows, h, nb = 1000, 1024, 132
+    n = rows * h
+    # LayerNorm bf16, bf16 weight: dy, x in, dx out; mean + rstd; weight; dW and dB partials (float32) + finals
+    assert traffic.norm_backward_bytes(rows, h, "bfloat16", "layer", blocks=nb) == \
+        3 * n * 2 + rows * 8 + h * 2 + 2 * (nb * h * 4 * 2 + h * 2)
+    # RMSNorm float32 weight: rstd only, one accumulator
+    assert traffic.norm_backward_bytes(rows, h, "bfloat16", "rms", weight_dtype="float32", blocks=nb) == \
+        3 * n * 2 + rows * 4 + h * 4 + (nb * h * 4 * 2 + h * 4)
+    # no weight: LayerNorm still sums dbias
+    assert traffic.norm_backward_bytes(rows, h, "float32", "layer", weight=False, blocks=nb) == \
+        3 * n * 4 + rows * 8 + (nb * h * 4 * 2 + h * 4)
+    assert traffic.norm_backward_bytes(rows, h, "float32", "rms") == \
+        traffic.norm_backward_bytes(rows, h, "float32", "rms", blocks=1000)   # default min(rows, 1024)
+    with pytest.raises(ValueError):
+        traffic.norm_backward_bytes(rows, h, "float32", "batch")
+
+
+def test_attention_backward_hand_count():
+    """FA-2 Algorithm 2 without masks: K/V tiles outermost, every K tile reads all of Q, dO (and lse, D) and, with
+    atomics, reads + writes the float32 dQ; deterministic: a dQ pass re-reads K, V once per Q tile instead."""
+    B, H, N, d, Br, Bc, s = 2, 3, 1000, 64, 64, 128, 2
+    Tc, Tr = math.ceil(N / Bc), math.ceil(N / Br)
+    pre = 2 * N * d * s + 4 * N + 8 * N
+    per_kv = 4 * N * d * s
+    atomic = pre + N * d * 4 + Tc * N * (2 * d * s + 8 + 8 * d) + N * d * 4 + N * d * s
+    got = traffic.attention_backward_bytes(B, H, N, N, d, Br, Bc, "float16")
+    assert got == B * H * (atomic + per_kv)
+    det = pre + Tc * N * (2 * d * s + 8) + N * (2 * d * s + 8) + Tr * N * 2 * d * s + N * d * s
+    assert traffic.attention_backward_bytes(B, H, N, N, d, Br, Bc, "float16", deterministic=True) == \
+        B * H * (det + per_kv)
+    # GQA: K, V, dK, dV once per KV head
+    g = traffic.attention_backward_bytes(B, 4, N, N, d, Br, Bc, "float16", heads_kv=1)
+    assert traffic.attention_backward_bytes(B, 4, N, N, d, Br, Bc, "float16") - g == B * 3 * per_kv
+    # the dQ round trips make the backward Theta(N^2 d / Bc): doubling Bc nearly halves the pair term
+    big = [traffic.attention_backward_bytes(1, 1, 16384, 16384, 128, 64, bc, "bfloat16") for bc in (64, 128)]
+    assert 0.5 < big[1] / big[0] < 0.55
+
+
+def _brute_rows_per_k_tile(Sq, Sk, Br, Bc, causal, window):
+    """Query rows each K tile loads, from the mask itself: the Br-row tiles from the first to the last query row
+    that sees a key of the tile (bottom-right aligned), clipped to Sq."""
+    left, right = (-1, -1) if window is None else window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    i = np.arange(Sq)[:, None]
+    j = np.arange(Sk)[None, :]
+    shift = Sk - Sq
+    ok = np.ones((Sq, Sk), bool)
+    if right >= 0:
+        ok &= j <= i + shift + right
+    if left >= 0:
+        ok &= j >= i + shift - left
+    out = []
+    for j0 in range(0, Sk, Bc):
+        rows = np.nonzero(ok[:, j0:j0 + Bc].any(axis=1))[0]
+        out.append(0 if rows.size == 0 else min(Sq, (rows.max() // Br + 1) * Br) - rows.min() // Br * Br)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("Sq,Sk,causal,window", [(300, 300, True, None), (200, 333, True, None),
+                                                 (333, 200, True, None), (256, 256, False, (40, 10)),
+                                                 (190, 250, False, (-1, 30)), (250, 190, True, (64, -1))])
+def test_attention_backward_mask_ranges(Sq, Sk, causal, window):
+    Br, Bc = 64, 32
+    got = traffic._visible_q_rows_per_k_tile(Sq, Sk, Br, Bc, traffic._window(causal, window))
+    want = _brute_rows_per_k_tile(Sq, Sk, Br, Bc, causal, window)
+    assert got.tolist() == want.tolist()
+
+
+def test_attention_backward_causal_halves_the_pair_term():
+    N, d = 16384, 128
+    full = traffic.attention_backward_bytes(1, 1, N, N, d, 64, 64, "bfloat16")
+    causal = traffic.attention_backward_bytes(1, 1, N, N, d, 64, 64, "bfloat16", True)
+    assert 0.49 < causal / full < 0.53

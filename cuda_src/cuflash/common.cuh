@@ -30,11 +30,48 @@ template <> __device__ __forceinline__ double from_double<double>(double x) { re
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
 
-// N elements loaded/stored as one access; the pointer must be aligned to sizeof(Vec).
+// The widest plain word that divides BYTES: what a Vec of BYTES bytes is moved as.
+template <int BYTES> struct WordOf {
+  typedef typename WordOf<(BYTES % 16 == 0) ? 16 : (BYTES % 8 == 0) ? 8 : (BYTES % 4 == 0) ? 4
+                          : (BYTES % 2 == 0) ? 2 : 1>::type type;
+};
+template <> struct WordOf<16> { typedef uint4 type; };
+template <> struct WordOf<8> { typedef uint2 type; };
+template <> struct WordOf<4> { typedef unsigned int type; };
+template <> struct WordOf<2> { typedef unsigned short type; };
+template <> struct WordOf<1> { typedef unsigned char type; };
+
+// N elements loaded/stored as one access (two for 32 bytes); the pointer must be aligned to sizeof(Vec).
+// Moved as plain words: __half and __nv_bfloat16 have user-defined copy operators, and copying a struct of them
+// makes the compiler move it element by element (eight 16-bit stores instead of one 16-byte store).
 template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
   T v[N];
-  __device__ __forceinline__ static Vec load(const T* p) { return *reinterpret_cast<const Vec*>(p); }
-  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Vec*>(p) = *this; }
+  typedef typename WordOf<sizeof(T) * N>::type Word;
+  static constexpr int WORDS = sizeof(T) * N / sizeof(Word);
+  __device__ __forceinline__ static Vec load(const T* p) {
+    Vec r;
+    const Word* s = reinterpret_cast<const Word*>(p);
+    Word* d = reinterpret_cast<Word*>(r.v);
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) d[i] = s[i];
+    return r;
+  }
+  // 16 and 32 bytes: explicit vector stores (generic address: global or shared). A plain uint4 store is not
+  // enough: the compiler sees the 16-bit pieces and may still split it into 32-bit or 16-bit stores.
+  __device__ __forceinline__ void store(T* p) const {
+    const unsigned* s = reinterpret_cast<const unsigned*>(v);
+    if constexpr (sizeof(T) * N == 16 || sizeof(T) * N == 32) {
+#pragma unroll
+      for (int i = 0; i < (int)(sizeof(T) * N / 16); ++i)
+        asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + i * (16 / sizeof(T))), "r"(s[4 * i]),
+                     "r"(s[4 * i + 1]), "r"(s[4 * i + 2]), "r"(s[4 * i + 3]) : "memory");
+    } else {
+      const Word* sw = reinterpret_cast<const Word*>(v);
+      Word* d = reinterpret_cast<Word*>(p);
+#pragma unroll
+      for (int i = 0; i < WORDS; ++i) d[i] = sw[i];
+    }
+  }
 };
 
 // Elements per 16-byte access.

@@ -39,23 +39,9 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+#include "cuflash/async_copy.cuh"  // smem_u32, cp.async
+
 namespace cuflash {
-
-typedef unsigned int uint32_t;  // NVRTC has no <cstdint>; fragments are 32-bit registers
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// ---- cp.async ----
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
-  int n = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // ---- ldmatrix ----
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {

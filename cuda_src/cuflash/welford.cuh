@@ -24,7 +24,7 @@ __device__ __forceinline__ Welford welford_merge(const Welford& a, const Welford
   if (b.n == 0.f) return a;
   if (a.n == 0.f) return b;
   const float n = a.n + b.n;
-  const float fb = b.n / n;
+  const float fb = __fdividef(b.n, n);  // counts are small integers (< 2^24): the fast division is enough
   const float d = b.mean - a.mean;
   Welford r;
   r.n = n;
