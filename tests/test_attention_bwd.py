@@ -219,6 +219,15 @@ def _check(rng, cp, B, Hq, Hkv, Sq, Sk, D, dtype, causal=False, window=(-1, -1),
         extra["dv"] = 2 * E * float(np.abs(do).max()) * colsum
     out_d = _dev(out.get(), dt, cp)
     lse_d = lse.astype(cp.float32)
+    if Sq and Sk:
+        # The kernel computes D = rowsum(dO * O) from O rounded to the dtype (as handed over by the forward), the
+        # baseline from its own P. That rounding moves D_i by dD_i (computed here exactly), dS_ij = P_ij (dP_ij - D_i)
+        # by P_ij dD_i, so dq_i by scale * dD_i * max|k| (sum_j P_ij = 1) and dk_j by scale * max|q| * sum_i P_ij dD_i.
+        sc = 1.0 / math.sqrt(D) if scale is None else scale
+        dd = 2 * float(np.nan_to_num(np.abs((do.astype(np.float64) * (_host64(out_d) - out.get())).sum(axis=-1))).max())
+        colsum = float(p.sum(axis=2).reshape(B, Hkv, Hq // Hkv, Sk).sum(axis=2).max())
+        extra["dq"] += sc * dd * float(np.abs(k).max())
+        extra["dk"] += sc * dd * float(np.abs(q).max()) * colsum
     dq, dk, dv = attention_backward(_dev(do, dt, cp), _dev(q, dt, cp), _dev(k, dt, cp), _dev(v, dt, cp), out_d,
                                     lse_d, causal=causal, softmax_scale=scale, window_size=window,
                                     deterministic=deterministic, block_sizes=block_sizes)
