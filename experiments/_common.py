@@ -208,3 +208,24 @@ def load_results(name, folder=None):
     doc.setdefault("rows", [])
     print(f"replot: {len(doc['rows'])} rows from {path}")
     return doc
+
+
+def replot_recorded(a, plots, name, plot, predicted_how, measured_how="measured"):
+    """Redraw ``plots/<name>.png`` (``<name>_predicted.png`` with ``--predict``) from the recorded results JSON
+    with ``plot(rows, path, label)``; the label names the GPU and ``measured_how``, or says PREDICTED for the GPU
+    table the model used (``predicted_how``: what the times are). No GPU use. Returns the exit code."""
+    stem = f"{name}_predicted" if a.predict else name
+    doc = load_results(stem, a.out)
+    rows, meta = doc["rows"], doc["meta"]
+    if not rows:
+        print(f"{name}: no rows in {stem}.json")
+        return 1
+    if meta.get("predicted") or a.predict:
+        g = meta.get("gpu_table") or next((r.get("predicted_for") for r in rows if r.get("predicted_for")), a.gpu)
+        label = f"PREDICTED for {g} ({predicted_how}, no GPU)"
+    else:
+        label = f"{doc.get('environment', {}).get('gpu') or 'GPU'} ({measured_how})"
+    path = Path(plots) / f"{stem}.png"
+    plot(rows, path, label)
+    print(f"wrote {path}")
+    return 0

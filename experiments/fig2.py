@@ -36,8 +36,8 @@ if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also wh
     sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import (  # noqa: E402
-    add_replot_arg, from_torch, load_results, output_dirs, predicted_mode, predicted_watermark, print_results,
-    pyplot, save_figure, to_torch)
+    add_replot_arg, from_torch, output_dirs, predicted_mode, predicted_watermark, print_results, pyplot,
+    replot_recorded, save_figure, to_torch)
 
 import numpy as np  # noqa: E402
 
@@ -364,17 +364,7 @@ def plot(rows, path, label):
 
 def replot(a, plots) -> int:
     """Redraw plots/fig2.png (fig2_predicted.png with --predict) from the results JSON, as recorded."""
-    name = "fig2_predicted" if a.predict else "fig2"
-    doc = load_results(name, a.out)
-    rows, meta = doc["rows"], doc["meta"]
-    if meta.get("predicted") or a.predict:
-        g = meta.get("gpu_table") or next((r.get("predicted_for") for r in rows if r.get("predicted_for")), a.gpu)
-        label = f"PREDICTED for {g} (roofline model, no GPU)"
-    else:
-        label = f"{doc.get('environment', {}).get('gpu')} (measured)"
-    plot(rows, plots / f"{name}.png", label)
-    print(f"wrote {plots / (name + '.png')}")
-    return 0
+    return replot_recorded(a, plots, "fig2", plot, "roofline model")
 
 
 def main(argv=None) -> int:

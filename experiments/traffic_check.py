@@ -36,7 +36,7 @@ if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also wh
     sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import (  # noqa: E402
-    add_replot_arg, load_results, output_dirs, predicted_watermark, print_results, pyplot, save_figure)
+    add_replot_arg, output_dirs, predicted_watermark, print_results, pyplot, replot_recorded, save_figure)
 
 import numpy as np  # noqa: E402
 
@@ -355,19 +355,8 @@ def plot(rows, path, label):
 
 
 def replot(a, plots) -> int:
-    name = f"{NAME}_predicted" if a.predict else NAME
-    doc = load_results(name, a.out)
-    rows = doc["rows"]
-    if not rows:
-        print(f"{NAME}: no rows in {name}.json")
-        return 1
-    if doc["meta"].get("predicted") or a.predict:
-        label = f"PREDICTED for {doc['meta'].get('gpu_table') or a.gpu} (model, no GPU)"
-    else:
-        label = f"{doc.get('environment', {}).get('gpu') or 'GPU'} (measured with ncu)"
-    plot(rows, plots / f"{name}.png", label)
-    print(f"wrote {plots / (name + '.png')}")
-    return 0
+    """Redraw plots/traffic_check.png (traffic_check_predicted.png with --predict) from the results JSON."""
+    return replot_recorded(a, plots, NAME, plot, "model", "measured with ncu")
 
 
 def main(argv=None) -> int:
