@@ -1,8 +1,7 @@
-"""Helpers shared by tests/test_attention.py and tests/test_attention_sm90.py: the attention mask and the
-same-precision baseline of the FlashAttention rule (S and P rounded to the input dtype, fp32 accumulation), and
-``randn``. CuPy is imported inside the functions (``cp`` passed in or imported), so collecting the tests needs no
-GPU. Each test file keeps its own float64 reference ``ref64`` (they write the lse of a row without keys
-differently).
+"""Helpers shared by tests/test_attention.py and tests/test_attention_sm90.py: the attention mask, the float64
+reference ``ref64``, the same-precision baseline of the FlashAttention rule (S and P rounded to the input dtype,
+fp32 accumulation), and ``randn``. CuPy is imported inside the functions (``cp`` passed in or imported), so
+collecting the tests needs no GPU.
 """
 import math
 
@@ -21,6 +20,25 @@ def _mask(cp, sq, sk, causal, window):
     if left >= 0:
         ok &= j >= i - left
     return ok
+
+
+def ref64(q, k, v, causal=False, scale=None, window=(-1, -1)):
+    """float64 attention on the GPU: (out, lse); out 0 and lse -inf for rows that see no key."""
+    import cupy as cp
+
+    q, k, v = (a.astype(cp.float64) for a in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = cp.repeat(k, g, axis=1), cp.repeat(v, g, axis=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = cp.matmul(q, k.swapaxes(-1, -2)) * scale
+    s = cp.where(_mask(cp, q.shape[2], k.shape[2], causal, window), s, -cp.inf)
+    m = s.max(-1, keepdims=True)
+    ms = cp.where(cp.isneginf(m), 0.0, m)
+    p = cp.exp(s - ms)
+    l = p.sum(-1, keepdims=True)
+    out = cp.matmul(p, v) / cp.where(l == 0, 1.0, l)
+    lse = cp.where(l[..., 0] == 0, -cp.inf, ms[..., 0] + cp.log(cp.where(l == 0, 1.0, l))[..., 0])
+    return cp.where(l == 0, 0.0, out), lse
 
 
 def _round(x, dt):

@@ -7,14 +7,13 @@ before asserting. The float64 reference runs on the GPU with CuPy (same math as 
 checked against it on a small case) so that the large shapes stay fast.
 """
 import importlib
-import math
 
 import numpy as np
 import pytest
 
 from cuflash import _dtypes, reference
 
-from attn_helpers import _mask, baseline, randn
+from attn_helpers import baseline, randn, ref64
 
 gpu = pytest.mark.gpu
 F16, BF16, F32 = _dtypes.float16, _dtypes.bfloat16, _dtypes.float32
@@ -22,26 +21,6 @@ DTYPES = [F16, BF16, F32]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def ref64(q, k, v, causal=False, scale=None, window=(-1, -1)):
-    """float64 reference on the GPU: (out, lse), out 0 and lse -inf for rows that see no key."""
-    import cupy as cp
-
-    q, k, v = (a.astype(cp.float64) for a in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    k, v = cp.repeat(k, g, axis=1), cp.repeat(v, g, axis=1)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = cp.matmul(q, k.swapaxes(-1, -2)) * scale
-    s = cp.where(_mask(cp, q.shape[2], k.shape[2], causal, window), s, -cp.inf)
-    m = s.max(-1, keepdims=True)
-    ms = cp.where(cp.isneginf(m), 0.0, m)
-    p = cp.exp(s - ms)
-    l = p.sum(-1, keepdims=True)
-    out = cp.matmul(p, v) / cp.where(l == 0, 1.0, l)
-    with np.errstate(divide="ignore"):
-        lse = (ms + cp.log(l))[..., 0]
-    return cp.where(l == 0, 0.0, out), lse
-
-
 def check(q, k, v, causal=False, scale=None, window=(-1, -1), what="", lse_check=True, **kw):
     """Run attention, compare with the float64 reference and the same-precision baseline; return (out, lse)."""
     import cupy as cp

@@ -12,7 +12,6 @@ parallel (``_attention_sm90.self_check``, a canary): it fills CuPy's kernel cach
 barrier deadlock) or crashes (an illegal address poisons the CUDA context) fails its tests with the canary's
 message instead of taking the whole session down.
 """
-import math
 import os
 
 import numpy as np
@@ -22,7 +21,7 @@ from cuflash import _attention_sm90 as S90
 from cuflash import _dtypes, reference
 from cuflash._attn_common import prepare
 
-from attn_helpers import _mask, baseline, randn
+from attn_helpers import baseline, randn, ref64
 
 F16, BF16 = _dtypes.float16, _dtypes.bfloat16
 DTYPES = [F16, BF16]
@@ -71,25 +70,6 @@ def require(dtype, head_dim, variant, block_sizes=None, pv_n=None):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def ref64(q, k, v, causal=False, scale=None, window=(-1, -1)):
-    """float64 attention on the GPU: (out, lse); out 0 and lse -inf for rows that see no key."""
-    import cupy as cp
-
-    q, k, v = (a.astype(cp.float64) for a in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    k, v = cp.repeat(k, g, axis=1), cp.repeat(v, g, axis=1)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = cp.matmul(q, k.swapaxes(-1, -2)) * scale
-    s = cp.where(_mask(cp, q.shape[2], k.shape[2], causal, window), s, -cp.inf)
-    m = s.max(-1, keepdims=True)
-    ms = cp.where(cp.isneginf(m), 0.0, m)
-    p = cp.exp(s - ms)
-    l = p.sum(-1, keepdims=True)
-    out = cp.matmul(p, v) / cp.where(l == 0, 1.0, l)
-    lse = cp.where(l[..., 0] == 0, -cp.inf, ms[..., 0] + cp.log(cp.where(l == 0, 1.0, l))[..., 0])
-    return cp.where(l == 0, 0.0, out), lse
-
-
 def run(q, k, v, causal=False, scale=None, window=(-1, -1), variant=None, **kw):
     variant = variant or S90.DEFAULT_VARIANT
     require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"))
