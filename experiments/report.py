@@ -45,7 +45,8 @@ PER_SOURCE = 40   # judged-table rows per results file (the rest are in the file
 # Section-table columns for files whose rows the generic picker labels badly (only those present are shown).
 SECTION_COLS = {
     "attention_tile_sweep": ("head_dim", "Br", "Bc", "warps", "default", "causal", "batch", "heads", "seqlen",
-                             "dtype", "median_ms", "ms", "tflops", "model_bytes", "model_GBps", "ncu_dram_bytes",
+                             "dtype", "median_ms", "ms", "tflops", "max_abs_err", "model_bytes", "model_GBps",
+                             "ncu_dram_bytes",
                              "bound", "predicted_for"),
     "attention_bench": ("head_dim", "causal", "seqlen", "batch", "heads", "dtype", "tiles", "cuflash_ms",
                         "cuflash_tflops", "cuflash_err", "wgmma_tflops", "torch_flash_tflops", "torch_cudnn_tflops",

@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_replot_arg, load_results, output_dirs, pyplot, save_figure  # noqa: E402
+from _common import add_replot_arg, load_results, output_dirs, pyplot, sample_ref, save_figure  # noqa: E402
 
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
 
@@ -262,12 +262,15 @@ def main(argv=None) -> int:
         print("tile_sweep: --ncu given but ncu is not on PATH; measured bytes left empty")
     rows = []
     inputs = {}
+    sample = np.unique(np.linspace(0, a.seqlen - 1, 48).astype(int))  # query rows checked against float64
     for d, br, bc, w in tqdm(configs, desc="tile sweep", unit="cfg"):
         if d not in inputs:
             inputs.clear()
-            inputs[d] = _inputs(cp, a, d, dt)
-        q, k, v = inputs[d]
+            q, k, v = _inputs(cp, a, d, dt)
+            inputs[d] = (q, k, v, sample_ref(q, k, v, a.causal, sample))
+        q, k, v, ref = inputs[d]
         fn = lambda: A.attention(q, k, v, causal=a.causal, block_sizes=(br, bc, w))  # noqa: E731
+        err = float(cp.abs(fn()[0][:, sample].astype(cp.float64) - ref).max())
         t = bench.time_cuda(fn, warmup=a.warmup, rep=a.rep)
         fl = A.flops(a.batch, a.heads, a.seqlen, a.seqlen, d, a.causal)
         mb = model_bytes(a.batch, a.heads, a.seqlen, d, br, bc, a.dtype, a.causal)
@@ -276,18 +279,19 @@ def main(argv=None) -> int:
                "batch": a.batch, "heads": a.heads, "seqlen": a.seqlen, "dtype": a.dtype, "causal": a.causal,
                "median_ms": t["median_ms"], "p20_ms": t["p20_ms"], "p80_ms": t["p80_ms"],
                "tflops": fl / (t["median_ms"] * 1e-3) / 1e12, "model_bytes": mb,
-               "model_GBps": mb / (t["median_ms"] * 1e-3) / 1e9, "ncu_dram_bytes": None}
+               "model_GBps": mb / (t["median_ms"] * 1e-3) / 1e9, "max_abs_err": err, "ncu_dram_bytes": None}
         if use_ncu:
             row["ncu_dram_bytes"] = ncu_bytes(a, d, br, bc, w)
         rows.append(row)
     inputs.clear()
     meta = {"what": "FA-2 forward tile sweep: runtime, TFLOP/s, modeled and measured HBM bytes per (Br, Bc)",
+            "error": "max_abs_err: max |out - float64 reference| over 48 query rows x all heads of batch 0",
             "flops": "4*B*H*N^2*d (halved when causal)", "timing": f"CUDA events, warmup {a.warmup}, median of {a.rep}",
             "model": "cuflash.traffic.attention_bytes('fa2', ...)", "ncu_metrics": NCU_METRICS if use_ncu else None,
             "smem_limit_bytes": limit}
     path = bench.write_results(a.name, rows, meta)
-    print(bench.table(rows, ["head_dim", "Br", "Bc", "warps", "default", "median_ms", "tflops", "model_bytes",
-                             "ncu_dram_bytes"]))
+    print(bench.table(rows, ["head_dim", "Br", "Bc", "warps", "default", "median_ms", "tflops", "max_abs_err",
+                             "model_bytes", "ncu_dram_bytes"]))
     for d in a.head_dims:
         rs = [r for r in rows if r["head_dim"] == d]
         if rs:
