@@ -6,13 +6,16 @@ owns 64 query rows; K/V tiles of ``Bc`` keys live in shared memory in the 128-by
 descriptors read; ``S = Q·Kᵀ`` takes Q and K from shared memory, ``O += P·V`` takes P from registers (the fp32
 accumulator of S rounded to the input dtype is the A operand) and V from shared memory (transposed descriptor).
 
-Variants (``variant=``): ``"ws"`` (default): warp specialisation — a producer warpgroup that only loads (cp.async
-into a 3-stage ring, two tiles in flight, signalled on mbarriers; ``setmaxnreg`` gives its registers to the
-consumers), two consumer
+Variants (``variant=``): ``"tma"`` (default): warp specialisation — a producer warpgroup whose one working thread
+loads K/V tiles with the tensor memory accelerator (``cp.async.bulk.tensor`` through tensor maps built here with
+the driver's ``cuTensorMapEncodeTiled``, 128-byte swizzle by the copy engine) into a 3-stage ring signalled on
+mbarriers by transaction bytes (``setmaxnreg`` gives the producer's registers to the consumers), and two consumer
 warpgroups that issue ``S_j`` together with ``P_{j-1}·V_{j-1}`` and run the softmax of ``S_j`` while the latter is
 in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by named barriers (FA-3 ping-pong);
-``"ws_nopp"``: the same without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep (2 stages).
-Loads use cp.async (16-byte chunks written into the swizzled layout), not TMA. Masking, tails, GQA, lse and the
+``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
+the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
+entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
+(2 stages). Masking, tails, GQA, lse and the
 bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64
 padded to 64, 65..128 to 128). The kernels are in ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier
 wrappers in ``cuda_src/cuflash/wgmma.cuh``.
@@ -46,14 +49,16 @@ HEAD_DIMS = (64, 128)
 #             intra-warpgroup pipelining and ping-pong between the consumers (FA-3 §3.1-3.2);
 #   "ws_nopp" version 4 without the ping-pong turns;
 #   "simple"  version 3: every thread loads (cp.async, 2 stages, __syncthreads), warpgroups compute in lockstep.
-VARIANTS = ("ws", "ws_nopp", "simple")
-DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "ws")
+#   "tma"     version 4 with the K/V loads by the tensor memory accelerator (one producer thread).
+VARIANTS = ("tma", "ws", "ws_nopp", "simple")
+DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "tma")
 WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
 
 # (Br, Bc, pv_n) per (variant, head_dim), default first. Br = 64 * consumer warpgroups; pv_n = N of each
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
+    ("tma", 64): [(128, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -66,9 +71,10 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
     ct = _dtypes.ctype(np.dtype(dtype))
     if variant == "simple":
         return f"cuflash::attention_fwd_sm90<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}>"
-    pp = "true" if variant == "ws" else "false"
+    pp = "false" if variant == "ws_nopp" else "true"
+    tma = "true" if variant == "tma" else "false"
     return (f"cuflash::attention_fwd_sm90_ws<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}, {WS_STAGES}, {pp}, "
-            f"{WS_PRODUCER_REGS}, {WS_CONSUMER_REGS}>")
+            f"{WS_PRODUCER_REGS}, {WS_CONSUMER_REGS}, {tma}>")
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int) -> int:
@@ -156,6 +162,64 @@ def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int,
     return var, br, bc, pv
 
 
+# ---- tensor maps (the TMA variant) ------------------------------------------------------------------------
+# CUtensorMap: 128 opaque bytes, passed by value as a __grid_constant__ kernel parameter (CuPy passes a numpy
+# array of size one by value). Enum values from cuda.h (CUtensorMapDataType, ...Swizzle, ...L2promotion).
+_MAP_DTYPE = np.dtype([("opaque", "<u8", (16,))])
+_ZERO_MAP = np.zeros(1, dtype=_MAP_DTYPE)
+_CU_DTYPE = {"float16": 6, "bfloat16": 9}
+_SWIZZLE_128B, _L2_PROMOTION_256B = 3, 3
+_ENCODE: list = []
+
+
+def _encode_fn():
+    """The driver's cuTensorMapEncodeTiled through ctypes (None when the driver library lacks it)."""
+    if not _ENCODE:
+        import ctypes
+
+        fn = None
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+            u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p,
+                           u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _ENCODE.append(fn)
+    return _ENCODE[0]
+
+
+def tensor_map(a, box_rows: int):
+    """The TMA tensor map of a (batch, heads, seqlen, head_dim) 16-bit array with a contiguous last axis: a 4-D
+    tiled map (head_dim, seqlen, heads, batch) with boxes of 64 x ``box_rows`` elements (128-byte rows, 128-byte
+    swizzle, out-of-bounds rows read as zeros), as a size-one numpy array for the kernel launch.
+
+    Returns None when the array cannot be described (data not 16-byte aligned, a stride not a multiple of 16
+    bytes or beyond 2^40, or no cuTensorMapEncodeTiled in the driver); the caller then loads with cp.async.
+    """
+    import ctypes
+
+    fn = _encode_fn()
+    if fn is None or a.ndim != 4 or a.strides[3] != a.itemsize or a.data.ptr % 16:
+        return None
+    B, H, S, d = a.shape
+    dims, strides = [d, S, H, B], []
+    prev = d * a.itemsize
+    for size, stride in ((S, a.strides[2]), (H, a.strides[1]), (B, a.strides[0])):
+        if size == 1:  # any stride reads the same element: give a valid one
+            stride = prev
+        if stride <= 0 or stride % 16 or stride >= 1 << 40:
+            return None
+        strides.append(stride)
+        prev = stride * size
+    out = np.zeros(1, dtype=_MAP_DTYPE)
+    c64, c32 = ctypes.c_uint64, ctypes.c_uint32
+    rc = fn(out.ctypes.data, _CU_DTYPE[a.dtype.name], 4, a.data.ptr, (c64 * 4)(*dims), (c64 * 3)(*strides),
+            (c32 * 4)(64, box_rows, 1, 1), (c32 * 4)(1, 1, 1, 1), 0, _SWIZZLE_128B, _L2_PROMOTION_256B, 0)
+    return out if rc == 0 else None
+
+
 def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     """Run the sm90 kernel on a prepared :class:`AttnProblem` ``p``.
 
@@ -200,6 +264,18 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     args = (qq, kk, vv, out, lse, *st(qq), *st(kk), *st(vv), *st(out),
             np.int32(Hq), np.int32(p.group), np.int32(Sq), np.int32(Sk),
             np.float32(scale * LOG2E), np.int32(left), np.int32(right))
+    if var != "simple":
+        maps = None
+        if var == "tma" and Sk == 0:  # no key: no tile is ever loaded
+            maps = (_ZERO_MAP, _ZERO_MAP)
+        elif var == "tma":
+            maps = (tensor_map(kk, bc), tensor_map(vv, bc))
+            if maps[0] is None or maps[1] is None:  # not describable by a tensor map: the cp.async producer
+                if variant is not None:
+                    raise ValueError("variant 'tma' needs K and V with 16-byte aligned data and strides that are "
+                                     "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
+                var, maps = "ws", None
+        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP))
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), ARCH_OPTIONS)
     grid = (math.ceil(Sq / br), Hq, B)
     _compile.launch(kern, grid, (threads(var, br),), args, shared_mem=smem_bytes(var, d, br, bc),

@@ -25,9 +25,10 @@ SCHEDULES = ("auto", "fa2", "fa1", "standard", "wgmma")
 # head_dim <= 128, no block_sizes), else the FA-2 mma.sync kernel. Tests flip these to run the whole suite on
 # both kernels.
 AUTO_WGMMA = True
-# schedule="auto" takes the wgmma kernel above this head_dim only: at head_dim 64 the FA-2 mma.sync kernel was
-# faster on the H200 (experiments/results/attention_bench.json), at 128 the wgmma kernel.
-AUTO_WGMMA_MIN_HEAD_DIM = 65
+# schedule="auto" takes the wgmma kernel from this head_dim up. With its K/V loads by TMA the wgmma kernel is the
+# faster one at head_dim 64 and 128 on the H200 (experiments/results/attention_bench.json); with the earlier
+# cp.async producer the FA-2 kernel had won at 64 and this was 65.
+AUTO_WGMMA_MIN_HEAD_DIM = 1
 STAGES = 2
 LOG2E = 1.4426950408889634
 F32_WARPS = 8  # float32 path: query rows per block (one warp per row)
@@ -115,9 +116,11 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         ``i + shift - left <= j <= i + shift + right``; -1 = unbounded. ``causal`` sets right = 0.
     return_lse : also return ``lse``, float32 (batch, heads_q, seqlen_q): natural-log logsumexp of the scaled,
         masked scores of each row.
-    schedule : ``"auto"`` / ``"fa2"`` (this kernel), ``"fa1"`` (FlashAttention-1 schedule, K/V tiles outermost),
-        ``"standard"`` (the textbook version: S and P materialised in HBM, for the traffic comparison) or
-        ``"wgmma"`` (the Hopper warpgroup-MMA kernel of ``cuflash._attention_sm90``; cc 9.0 only).
+    schedule : ``"auto"`` (the ``"wgmma"`` kernel on compute capability 9.0 for float16/bfloat16 and head_dim <=
+        128 when ``block_sizes`` is not given, else ``"fa2"``), ``"fa2"`` (this kernel), ``"fa1"``
+        (FlashAttention-1 schedule, K/V tiles outermost), ``"standard"`` (the textbook version: S and P
+        materialised in HBM, for the traffic comparison) or ``"wgmma"`` (the Hopper kernel of
+        ``cuflash._attention_sm90``: warpgroup MMA, K/V by TMA, warp specialisation; cc 9.0 only).
     block_sizes : (Br, Bc) or (Br, Bc, warps) overriding the tuned tile choice (fp16/bf16; also passed to the fa1
         schedule); a configuration that is not instantiated (``instantiated_tiles``) or does not fit the device's
         shared memory raises ValueError naming it. Ignored by the float32 path.

@@ -418,3 +418,22 @@ def test_diagnose_operand_paths(cp, rng, variant, head_dim):
     print(f"[{variant}] d{d}: V-path error {e_v:.3e} (q = 0), S-path error {e_s:.3e} (V = permutation)")
     assert e_v < 1e-2, f"V path (MN-major V descriptor / P operand) wrong: {e_v:.3e}"
     assert e_s < 1e-2, f"S path (Q/K descriptors, accumulator layout) wrong: {e_s:.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_tma_fallback_for_broadcast_kv(cp, rng):
+    """K/V broadcast over the batch (stride 0) cannot be a tensor map: the default falls back to the cp.async
+    producer with the same result; asking for the TMA variant by name raises a ValueError before any launch."""
+    q = randn(cp, rng, (3, 2, 150, 128), BF16)
+    k1, v1 = randn(cp, rng, (1, 2, 170, 128), BF16), randn(cp, rng, (1, 2, 170, 128), BF16)
+    k, v = cp.broadcast_to(k1, (3, 2, 170, 128)), cp.broadcast_to(v1, (3, 2, 170, 128))
+    assert S90.tensor_map(k, 128) is None and S90.tensor_map(cp.ascontiguousarray(k), 128) is not None
+    p = prepare(q, k, v, causal=True)
+    out, lse = S90.forward(p)
+    ro, rl = ref64(q, k, v, True, None, (-1, -1))
+    bo = baseline(q, k, v, True, None, (-1, -1))
+    err, berr = float(cp.abs(out.astype(cp.float64) - ro).max()), float(cp.abs(bo.astype(cp.float64) - ro).max())
+    assert err <= 2 * berr + 1e-5, (err, berr)
+    with pytest.raises(ValueError, match="tma"):
+        S90.forward(p, variant="tma")

@@ -1,0 +1,31 @@
+// cuflash/tma.cuh — the tensor memory accelerator (sm_90): tiled bulk copies global -> shared described by a
+// tensor map (CUtensorMap, built on the host by cuTensorMapEncodeTiled and passed as a __grid_constant__ kernel
+// parameter), completed on an mbarrier by transaction bytes.
+#pragma once
+
+namespace cuflash {
+
+// The 128-byte opaque CUtensorMap (cuda.h: CU_TENSOR_MAP_NUM_QWORDS = 16, 64-byte aligned).
+struct __align__(64) TmaMap {
+  unsigned long long opaque[16];
+};
+
+// One arrival on the mbarrier at `mbar` that also raises its expected transaction count by `bytes`: the phase
+// completes once every arrival is in and that many bytes have landed.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned mbar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
+}
+
+// Copy the box at coordinates (c0 innermost .. c3) of the 4-D tensor `map` into shared memory at `dst` (laid out
+// and swizzled as the map says); completion is signalled on `mbar` (complete_tx with the box's bytes).
+// Out-of-bounds elements of the box are filled with zeros.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, int c3,
+                                            unsigned mbar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(mbar)
+      : "memory");
+}
+
+}  // namespace cuflash
