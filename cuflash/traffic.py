@@ -20,6 +20,11 @@ Sources:
   outermost, S and P recomputed from the saved lse, dQ accumulated through HBM); FlashAttention (Dao et al. 2022)
   Algorithm 4 / Appendix B.2. logsumexp (:func:`logsumexp_bytes`): the online normaliser alone, one read pass.
   Norm backward (:func:`norm_backward_bytes`): dy and x in, dx out, plus the two-stage dweight/dbias sums.
+- Mixed-precision training (``cuflash.amp``, ``cuda_src/amp.cu``): Micikevicius et al., "Mixed Precision Training"
+  (ICLR 2018): float32 master weights, float16/bfloat16 gradients and model copy, loss scaling with an overflow
+  check; AdamW as Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (ICLR 2019). The kernels are
+  single-pass elementwise streams: every element of every operand moves once (the per-element byte counts in
+  amp.cu's header), see :func:`unscale_and_check_bytes`, :func:`sgd_momentum_step_bytes`, :func:`adamw_step_bytes`.
 
 Units: bytes (int). Element sizes from the dtype (float16/bfloat16 2, float32 4).
 """
@@ -41,6 +46,8 @@ _SOFTMAX_ALIASES = {"three_pass": "safe", "3pass": "safe", "safe3": "safe", "two
                     "block": "cached", "stream": "online"}
 SCHEDULES = ("standard", "fa1", "fa2")
 ACC_BYTES = 4  # float32 accumulators, statistics and workspaces
+FLAG_BYTES = 4  # the int32 found_inf / skip flag of the AMP kernels
+TABLE_BYTES_PER_TENSOR = 24  # unscale_and_check's device table: int64 pointer, size and offset per tensor
 
 
 def itemsize(dtype) -> int:
@@ -405,3 +412,110 @@ def attention_backward_bytes(batch: int, heads: int, seqlen_q: int, seqlen_k: in
         per_q += Sq * d * s                                  # dQ out
     per_kv = 4 * Sk * d * s                                  # K, V in; dK, dV out
     return int(B * (H * per_q + Hkv * per_kv))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Mixed-precision training (cuflash.amp)
+def unscale_and_check_bytes(numels, dtypes, write: bool = True) -> int:
+    """HBM bytes of ``cuflash.amp.unscale_and_check`` (``write=False``: ``check_finite``) over a list of tensors.
+
+    ``numels``: the element count of each tensor (an int for one tensor); ``dtypes``: one dtype for all, or one
+    per tensor (a list of several dtypes runs one launch per dtype; the bytes are the same). Each element is read
+    once and, with ``write``, written back once in its own dtype (``g *= inv_scale`` in place)::
+
+        sum_i n_i s_i * (2 if write else 1)  +  24 k
+
+    with ``k`` the number of non-empty tensors (empty ones are not launched): every launch reads its device table
+    of int64 (pointer, size, offset) per tensor, ``3 * 8`` bytes each (read by every thread, so it moves from HBM
+    once and then hits in cache: negligible beside the data). The int32 ``found_inf`` flag is only stored when a
+    non-finite value is seen (4 bytes, not counted: the model is the finite case); allocating a fresh flag is a
+    memset outside the kernel. Mixed-precision training: Micikevicius et al. (ICLR 2018), sec. 3.2.
+    """
+    if isinstance(numels, (int, np.integer)):
+        numels = [numels]
+    numels = [int(n) for n in numels]
+    if isinstance(dtypes, (list, tuple)):
+        if len(dtypes) != len(numels):
+            raise ValueError(f"{len(dtypes)} dtypes for {len(numels)} tensors")
+        sizes = [itemsize(d) for d in dtypes]
+    else:
+        sizes = [itemsize(dtypes)] * len(numels)
+    if any(n < 0 for n in numels):
+        raise ValueError(f"element counts must be >= 0, got {numels}")
+    data = sum(n * s for n, s in zip(numels, sizes))
+    tensors = sum(1 for n in numels if n > 0)
+    return int(data * (2 if write else 1) + TABLE_BYTES_PER_TENSOR * tensors)
+
+
+def _step_flag_bytes(skip_flag: bool, skipped: bool) -> int:
+    """The bytes of the skip flag (4 when a device flag is passed), or the whole count of a skipped step."""
+    if skipped:
+        return FLAG_BYTES   # every thread reads *skip (one word, served once from HBM) and returns
+    return FLAG_BYTES if skip_flag else 0
+
+
+def sgd_momentum_step_bytes(numel: int, grad_dtype, model_dtype=None, *, momentum: float = 0.9,
+                            first_step: bool = False, skip_flag: bool = False, skipped: bool = False) -> int:
+    """HBM bytes of ``cuflash.amp.sgd_momentum_step`` over ``numel`` parameters (one pass, in place).
+
+    Per element: the gradient read in its dtype (``s_g``), the float32 master read and written (``4 + 4``), the
+    float32 momentum buffer read and written (``4 + 4``; only written on ``first_step``, where ``buf = g``;
+    untouched when ``momentum == 0``) and, when ``model_dtype`` is given, the model copy written (``s_m``)::
+
+        numel * (s_g + 8 + [momentum != 0] * (8 - 4 [first_step]) + s_m)  (+ 4 with ``skip_flag``)
+
+    (amp.cu's header: reads G+4+4, writes 4+4+M.) ``skip_flag``: a device ``found_inf`` flag is passed (every
+    thread reads the same int32: 4 bytes). ``skipped=True``: the flag was nonzero; every thread reads it and
+    returns, so the step moves only those 4 bytes.
+    """
+    flag = _step_flag_bytes(skip_flag, skipped)
+    if skipped:
+        return int(flag)
+    per = itemsize(grad_dtype) + 2 * ACC_BYTES
+    if momentum != 0:
+        per += ACC_BYTES * (1 if first_step else 2)
+    if model_dtype is not None:
+        per += itemsize(model_dtype)
+    return int(int(numel) * per + flag)
+
+
+def adamw_step_bytes(numel: int, grad_dtype, model_dtype=None, *, skip_flag: bool = False,
+                     skipped: bool = False) -> int:
+    """HBM bytes of ``cuflash.amp.adamw_step`` over ``numel`` parameters (one pass, in place).
+
+    Per element: the gradient read in its dtype (``s_g``), the float32 master, exp_avg and exp_avg_sq each read
+    and written once (``3 * (4 + 4)``) and, when ``model_dtype`` is given, the model copy written (``s_m``)::
+
+        numel * (s_g + 24 + s_m)  (+ 4 with ``skip_flag``)
+
+    (amp.cu's header: reads G+4+4+4, writes 4+4+4+M; e.g. bf16 gradient and model: 28 bytes per parameter.)
+    ``skip_flag`` / ``skipped`` as :func:`sgd_momentum_step_bytes`: a skipped step reads only the 4-byte flag.
+    """
+    flag = _step_flag_bytes(skip_flag, skipped)
+    if skipped:
+        return int(flag)
+    per = itemsize(grad_dtype) + 3 * 2 * ACC_BYTES
+    if model_dtype is not None:
+        per += itemsize(model_dtype)
+    return int(int(numel) * per + flag)
+
+
+def optimizer_step_flops(numel: int, optimizer: str = "adamw", momentum: float = 0.9, nesterov: bool = False,
+                         first_step: bool = False) -> int:
+    """FLOPs of a fused optimizer step as amp.cu computes it (fma = 2, sqrt and divide 1 each, per element).
+
+    ``adamw``: 15 (unscale 1, decay 1, m 3, v 4, denominator 3, update 3). ``sgd``: unscale 1, weight decay 2,
+    update 2, plus the momentum buffer 3 (0 on ``first_step``, all of it without momentum) and the Nesterov
+    correction 2. At ~28 bytes per parameter (bf16 gradient and model) both are far below any GPU's ridge point:
+    the steps are bandwidth-bound and their time is their bytes over HBM bandwidth.
+    """
+    if optimizer == "adamw":
+        per = 15
+    elif optimizer == "sgd":
+        per = 5
+        if momentum != 0:
+            per += 0 if first_step else 3
+            per += 2 if nesterov else 0
+    else:
+        raise ValueError(f"optimizer must be 'adamw' or 'sgd', got {optimizer!r}")
+    return int(numel) * per

@@ -9,8 +9,10 @@ re-reads, dQ atomics resolved in L2, lines still dirty in L2 when the kernel end
 
 Kernels: softmax (online default path at a short and a long row, safe, naive), log_softmax, logsumexp,
 layer_norm, rms_norm, layer_norm with the fused residual add, layer_norm_backward, rms_norm_backward, attention
-forward schedule="fa2", "fa1", "standard", "wgmma" (compute capability 9.0 only) and attention_backward.
-The AMP kernels (``cuflash.amp``) have no traffic model yet and are left out.
+forward schedule="fa2", "fa1", "standard", "wgmma" (compute capability 9.0 only), attention_backward, and the
+mixed-precision training kernels of ``cuflash.amp``: unscale_and_check (in place) and check_finite over a list of
+bf16 and fp32 gradients (one launch per dtype), adamw_step and sgd_momentum_step on fp32 master weights and state
+with a bf16 gradient and a bf16 model copy.
 
 Writes experiments/results/traffic_check.json|csv (GPU, commit, command in the environment) and
 plots/traffic_check.png (modeled and measured GB per kernel; measured against modeled, log-log, with y = x and
@@ -80,10 +82,18 @@ def parse_args(argv):
 
 def sizes(quick):
     """The shapes: softmax float32 rows x cols (short and long row), norms bf16 tokens x hidden, attention bf16
-    (batch, heads, seqlen, head_dim). Full size: softmax and norm inputs 256 MiB, attention q/k/v 64 MiB each."""
+    (batch, heads, seqlen, head_dim), the AMP gradient list ((rows, cols, dtype) per tensor) and the optimizer
+    parameter (rows, cols). Full size: softmax and norm inputs 256 MiB, attention q/k/v 64 MiB each, gradient list
+    256 MiB (2 bf16 + 2 fp32 tensors), optimizer 64M parameters (fp32 master 256 MiB)."""
     if quick:
-        return {"sm_short": (2048, 4096), "sm_long": (32, 262144), "norm": (4096, 4096), "attn": (1, 8, 2048, 128)}
-    return {"sm_short": (16384, 4096), "sm_long": (256, 262144), "norm": (32768, 4096), "attn": (4, 16, 4096, 128)}
+        return {"sm_short": (2048, 4096), "sm_long": (32, 262144), "norm": (4096, 4096), "attn": (1, 8, 2048, 128),
+                "grads": ((1536, 4096, "bfloat16"), (512, 4096, "bfloat16"), (768, 4096, "float32"),
+                          (256, 4096, "float32")),
+                "param": (2048, 4096)}
+    return {"sm_short": (16384, 4096), "sm_long": (256, 262144), "norm": (32768, 4096), "attn": (4, 16, 4096, 128),
+            "grads": ((12288, 4096, "bfloat16"), (4096, 4096, "bfloat16"), (6144, 4096, "float32"),
+                      (2048, 4096, "float32")),
+            "param": (8192, 8192)}
 
 
 class Device:
@@ -211,6 +221,30 @@ def cases(a, dev):
     add("attention_backward", f"fa2 {BW.BM}x{bbc}, dQ atomics", sh, "bfloat16",
         traffic.attention_backward_bytes(B, Hh, N, N, d, BW.BM, bbc, "bfloat16"), "attention_backward_bytes",
         WHY["bwd"], "cuflash.attention_backward(do, q, k, v, o, lse)")
+
+    # mixed-precision training: one streaming pass each (every element read once, written once)
+    grads = sz["grads"]
+    gn, gdt = [r * c for r, c, _ in grads], [dt for _, _, dt in grads]
+    by_dt = {dt: [(r, c) for r, c, d in grads if d == dt] for dt in dict.fromkeys(gdt)}
+    sh = "/".join(f"({'+'.join(str(r) for r, _ in v)})x{v[0][1]}" if len({c for _, c in v}) == 1 else
+                   "+".join(f"{r}x{c}" for r, c in v) for v in by_dt.values())   # (12288+4096)x4096/...
+    gdts = "/".join(by_dt)
+    add("unscale_and_check", f"{len(grads)} tensors, {len(by_dt)} launches", sh, gdts,
+        traffic.unscale_and_check_bytes(gn, gdt), "unscale_and_check_bytes", WHY["stream"],
+        "cuflash.amp.unscale_and_check(gl, 0.5, fi)")
+    add("unscale_and_check", "check_finite (write=False)", sh, gdts,
+        traffic.unscale_and_check_bytes(gn, gdt, write=False), "unscale_and_check_bytes(write=False)",
+        (None, None), "cuflash.amp.check_finite(gl, fi)")
+    P, Q = sz["param"]
+    n = P * Q
+    sh = f"{P}x{Q}"
+    add("adamw_step", "bf16 grad+model, fp32 master+m+v", sh, "bfloat16/float32",
+        traffic.adamw_step_bytes(n, "bfloat16", "bfloat16", skip_flag=True), "adamw_step_bytes", WHY["stream"],
+        "cuflash.amp.adamw_step(pm, pg, pa, pv, pmod, lr=1e-3, step=10, found_inf=fz)")
+    add("sgd_momentum_step", "momentum 0.9, bf16 grad+model", sh, "bfloat16/float32",
+        traffic.sgd_momentum_step_bytes(n, "bfloat16", "bfloat16", momentum=0.9, skip_flag=True),
+        "sgd_momentum_step_bytes", WHY["stream"],
+        "cuflash.amp.sgd_momentum_step(pm, pg, pb, pmod, lr=1e-3, momentum=0.9, found_inf=fz)")
     return out
 
 
@@ -222,6 +256,8 @@ def setup_code(a):
     RL, CL = sz["sm_long"]
     T, H = sz["norm"]
     B, Hh, N, d = sz["attn"]
+    P, Q = sz["param"]
+    grads = ", ".join(f"rnd({r}, {c}, dt={'bf' if dt == 'bfloat16' else 'cupy.' + dt})" for r, c, dt in sz["grads"])
     return "\n".join([
         "import cuflash",
         "from cuflash._attention_alt import from_float32",
@@ -238,6 +274,10 @@ def setup_code(a):
         f"_, rstd_r = cuflash.rms_norm(xn, ({H},), w, return_stats=True)",
         f"q, k, v, do = (rnd({B}, {Hh}, {N}, {d}) for _ in range(4))",
         "o, lse = cuflash.attention(q, k, v, schedule='fa2', return_lse=True)",
+        f"gl = [{grads}]",
+        "fi, fz = cupy.zeros((), cupy.int32), cupy.zeros((), cupy.int32)",
+        f"pm, pg, pmod = rnd({P}, {Q}, dt=cupy.float32), rnd({P}, {Q}), rnd({P}, {Q})",
+        f"pa, pv, pb = (cupy.zeros(({P}, {Q}), cupy.float32) for _ in range(3))",
         "cupy.cuda.Device().synchronize()",
     ])
 

@@ -143,7 +143,8 @@ def test_report_labels_rows_without_kernel_or_shape(tmp_path):
 
 # ------------------------------------------------------------------------------------------ traffic_check (issue #7)
 TRAFFIC_KERNELS = {"softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm", "layer_norm_backward",
-                   "rms_norm_backward", "attention", "attention_backward"}
+                   "rms_norm_backward", "attention", "attention_backward", "unscale_and_check", "sgd_momentum_step",
+                   "adamw_step"}
 
 
 def test_traffic_check_predicted(tmp_path, capsys):

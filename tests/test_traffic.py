@@ -229,3 +229,59 @@ def test_attention_backward_causal_halves_the_pair_term():
     full = traffic.attention_backward_bytes(1, 1, N, N, d, 64, 64, "bfloat16")
     causal = traffic.attention_backward_bytes(1, 1, N, N, d, 64, 64, "bfloat16", True)
     assert 0.49 < causal / full < 0.53
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Mixed-precision training kernels (cuflash.amp)
+def test_unscale_and_check_bytes():
+    # one bf16 tensor of 1000 elements: read + write 2 bytes each, one 24-byte table entry (ptr, size, offset)
+    assert traffic.unscale_and_check_bytes(1000, "bfloat16") == 1000 * 2 * 2 + 24
+    assert traffic.unscale_and_check_bytes(1000, "float32") == 1000 * 4 * 2 + 24
+    assert traffic.unscale_and_check_bytes([1000], np.float16, write=False) == 1000 * 2 + 24   # check_finite
+    # a mixed list (two launches, one per dtype); the empty tensor is not launched (no table entry)
+    numels, dts = [300, 7, 0, 50], ["bfloat16", "float32", "float16", "float32"]
+    data = 300 * 2 + 7 * 4 + 0 * 2 + 50 * 4
+    assert traffic.unscale_and_check_bytes(numels, dts) == 2 * data + 3 * 24
+    assert traffic.unscale_and_check_bytes(numels, dts, write=False) == data + 3 * 24
+    # one dtype for the whole list
+    assert traffic.unscale_and_check_bytes([3, 5], "float32") == 2 * 8 * 4 + 2 * 24
+    assert traffic.unscale_and_check_bytes([], "float32") == 0
+    with pytest.raises(ValueError):
+        traffic.unscale_and_check_bytes([1, 2], ["float32"])
+    with pytest.raises(ValueError):
+        traffic.unscale_and_check_bytes([-1], "float32")
+
+
+@pytest.mark.parametrize("grad,sg", [("float32", 4), ("float16", 2), ("bfloat16", 2)])
+@pytest.mark.parametrize("model,sm", [(None, 0), ("float16", 2), ("bfloat16", 2), ("float32", 4)])
+def test_optimizer_step_bytes(grad, sg, model, sm):
+    n = 1001
+    # SGD with momentum: grad in; master in + out; buffer in + out; model copy out
+    assert traffic.sgd_momentum_step_bytes(n, grad, model) == n * (sg + 4 + 4 + 4 + 4 + sm)
+    assert traffic.sgd_momentum_step_bytes(n, grad, model, first_step=True) == n * (sg + 4 + 4 + 4 + sm)  # buf = g
+    assert traffic.sgd_momentum_step_bytes(n, grad, model, momentum=0.0) == n * (sg + 4 + 4 + sm)     # no buffer
+    # AdamW: grad in; master, exp_avg, exp_avg_sq in + out; model copy out
+    assert traffic.adamw_step_bytes(n, grad, model) == n * (sg + 3 * (4 + 4) + sm)
+    # a device skip flag adds one int32 read; a skipped step moves only that flag
+    assert traffic.adamw_step_bytes(n, grad, model, skip_flag=True) == n * (sg + 24 + sm) + 4
+    assert traffic.sgd_momentum_step_bytes(n, grad, model, skip_flag=True) == n * (sg + 16 + sm) + 4
+    assert traffic.adamw_step_bytes(n, grad, model, skipped=True) == 4
+    assert traffic.sgd_momentum_step_bytes(n, grad, model, skipped=True) == 4
+
+
+def test_amp_step_bytes_typical():
+    """The usual recipe: bf16 gradient and model copy, fp32 master and state: AdamW 28 B, SGD 20 B a parameter."""
+    n = 64 << 20
+    assert traffic.adamw_step_bytes(n, "bfloat16", "bfloat16") == 28 * n
+    assert traffic.sgd_momentum_step_bytes(n, "bfloat16", "bfloat16") == 20 * n
+    assert traffic.unscale_and_check_bytes([n // 2, n // 2], "bfloat16") == 4 * n + 48
+
+
+def test_optimizer_step_flops():
+    assert traffic.optimizer_step_flops(10, "adamw") == 150
+    assert traffic.optimizer_step_flops(10, "sgd") == 80
+    assert traffic.optimizer_step_flops(10, "sgd", nesterov=True) == 100
+    assert traffic.optimizer_step_flops(10, "sgd", first_step=True) == 50
+    assert traffic.optimizer_step_flops(10, "sgd", momentum=0.0, nesterov=True) == 50
+    with pytest.raises(ValueError):
+        traffic.optimizer_step_flops(10, "lamb")
