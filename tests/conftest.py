@@ -33,7 +33,7 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get("CUFLASH_GPU_RECORD")
-    if not path:
+    if not path or hasattr(session.config, "workerinput"):  # xdist workers: the controller writes the record
         return
     rec = {"environment": bench.environment(), "exitstatus": int(exitstatus),
            "counts": {k: len(v) for k, v in _OUTCOMES.items()}, "failed": _OUTCOMES.get("failed", []),
