@@ -2,9 +2,16 @@
 
 With ``CUFLASH_GPU_RECORD=<path>`` set, the session writes a JSON record of the run there (commit, GPU,
 passed/failed/skipped counts and the failing test ids): the GPU record the project commits.
+
+On a GPU with pytest-xdist (``-n N``), the controller first compiles every declared kernel into CuPy's on-disk
+cache, N subprocesses at a time, so that the workers load cubins instead of each compiling the same kernels
+(``CUFLASH_WARM_CACHE=0`` skips it).
 """
 import json
 import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +28,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+_WARM_SCRIPT = r"""
+import json, sys
+from cuflash import _compile
+for source, name, opts in json.load(sys.stdin):
+    _compile.get_kernel(source, name, tuple(opts))
+"""
+
+
+def pytest_sessionstart(session):
+    """xdist controller on a GPU machine: fill CuPy's kernel cache before the workers start (see the docstring)."""
+    config = session.config
+    jobs = getattr(config.option, "numprocesses", None)
+    if (not HAS_GPU or hasattr(config, "workerinput") or not jobs or not isinstance(jobs, int)
+            or os.environ.get("CUFLASH_WARM_CACHE", "1") == "0"):
+        return
+    from cuflash import _compile
+
+    entries = [(s, n, list(o)) for (s, n, o, _release) in _compile.declared()]
+    chunks = [entries[i::jobs] for i in range(jobs)]
+    t0 = time.time()
+    procs = [subprocess.Popen([sys.executable, "-c", _WARM_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for c in chunks if c]
+    failed = 0
+    for pr, c in zip(procs, [c for c in chunks if c]):
+        out, _ = pr.communicate(json.dumps(c))
+        if pr.returncode != 0:  # the tests that use these kernels will compile them and report the error
+            failed += 1
+            print(f"kernel cache warm-up: a compile process failed (rc {pr.returncode}): {out[-500:]}")
+    print(f"kernel cache warm-up: {len(entries)} kernels in {len(procs)} processes, {time.time() - t0:.0f} s"
+          + (f", {failed} processes failed" if failed else ""))
 
 
 _OUTCOMES = {"passed": [], "failed": [], "skipped": []}
