@@ -15,10 +15,10 @@ in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by na
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
-(2 stages). Masking, tails, GQA, lse and the
-bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64
-padded to 64, 65..128 to 128). The kernels are in ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier
-wrappers in ``cuda_src/cuflash/wgmma.cuh``.
+(2 stages). Masking, tails, GQA, lse and the bottom-right causal/window convention are those of
+:mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
+``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
+in ``cuda_src/cuflash/tma.cuh``.
 
 API (used by :func:`cuflash.attention` on cc 9.0 once validated): ``supports(p) -> bool`` and
 ``forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None) -> (out, lse)`` where ``p`` is an
@@ -223,7 +223,8 @@ def tensor_map(a, box_rows: int):
 def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     """Run the sm90 kernel on a prepared :class:`AttnProblem` ``p``.
 
-    ``variant``: "ws" (default, or $CUFLASH_SM90_VARIANT), "ws_nopp" or "simple" (see VARIANTS);
+    ``variant``: "tma" (default, or $CUFLASH_SM90_VARIANT), "ws", "ws_nopp" or "simple" (see VARIANTS; the
+    default falls back to "ws" when K or V cannot be described by a tensor map, an explicit "tma" raises);
     ``block_sizes`` (Br, Bc) and ``pv_n`` pick an instantiated tile configuration of that variant.
     Returns ``(out, lse)``: out (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; lse float32
     (batch, heads_q, seqlen_q), natural-log logsumexp of the scaled masked scores, -inf (and out 0) for a row
