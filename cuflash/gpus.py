@@ -35,6 +35,7 @@ class GPU:
     measured_matmul_TFLOPs: float | None = None  # bf16 matmul, measured
     notes: str = ""
     aliases: tuple = field(default=())
+    cc: int | None = None        # compute capability as an int (80, 90): which kernel paths a plan may take
 
     def copy_GBps(self) -> float:
         """The bandwidth ceiling to use: measured when known, else the datasheet peak."""
@@ -55,17 +56,17 @@ GPUS: dict[str, GPU] = {
     "A100": GPU("A100", hbm_GBps=2039.0, bf16_TFLOPs=312.0, fp16_TFLOPs=312.0, tf32_TFLOPs=156.0,
                 fp32_TFLOPs=19.5, sms=108, l2_bytes=40 * MIB, smem_per_sm=164 * KIB,
                 smem_optin_per_block=163 * KIB, notes="A100 SXM4 80GB datasheet",
-                aliases=("A100-SXM4-80GB", "NVIDIA A100")),
+                aliases=("A100-SXM4-80GB", "NVIDIA A100"), cc=80),
     "H100": GPU("H100", hbm_GBps=3350.0, bf16_TFLOPs=989.4, fp16_TFLOPs=989.4, tf32_TFLOPs=494.7,
                 fp32_TFLOPs=66.9, sms=132, l2_bytes=50 * MIB, smem_per_sm=228 * KIB,
                 smem_optin_per_block=227 * KIB, notes="H100 SXM5 80GB datasheet",
-                aliases=("H100 SXM", "NVIDIA H100", "NVIDIA H100 80GB HBM3")),
+                aliases=("H100 SXM", "NVIDIA H100", "NVIDIA H100 80GB HBM3"), cc=90),
     "H200": GPU("H200", hbm_GBps=4800.0, bf16_TFLOPs=989.4, fp16_TFLOPs=989.4, tf32_TFLOPs=494.7,
                 fp32_TFLOPs=66.9, sms=132, l2_bytes=60 * MIB, smem_per_sm=228 * KIB,
                 smem_optin_per_block=227 * KIB, measured_copy_GBps=4108.0, measured_matmul_TFLOPs=752.0,
                 notes="H200 SXM 141GB product brief; copy 4108 GB/s and bf16 matmul 752 TFLOP/s measured "
                       "(anchors/h200-2026-11-29.json)",
-                aliases=("NVIDIA H200",)),
+                aliases=("NVIDIA H200",), cc=90),
 }
 
 DEFAULT = "H200"

@@ -64,9 +64,10 @@ def _sm():
     return importlib.import_module("cuflash.softmax")
 
 
-def model_method(method, partition, model, dtype, rows, cols, x=None):
+def model_method(method, partition, model, dtype, rows, cols, x=None, gpu=None):
     """The traffic-model name and split count for one row of the sweep (the plan decides for the default:
-    the plan of the real call on ``x`` when given, else the arithmetic plan)."""
+    the plan of the real call on ``x`` when given, else the arithmetic plan for ``gpu``'s SM count and compute
+    capability, a :class:`cuflash.gpus.GPU`)."""
     if model is not None:
         return model, 1
     try:
@@ -74,7 +75,8 @@ def model_method(method, partition, model, dtype, rows, cols, x=None):
         if x is not None:
             pl = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, method, partition, return_plan=True)[1]
         else:
-            pl = sm.plan(np.dtype(dtype), rows, cols, method=method, partition=partition)
+            kw = {} if gpu is None else {"sms": gpu.sms, "cc": gpu.cc}
+            pl = sm.plan(np.dtype(dtype), rows, cols, method=method, partition=partition, **kw)
         if pl.path == "split":
             return "split", pl.chunks
         return ("online" if pl.path == "stream" else "cached"), pl.chunks
@@ -139,7 +141,7 @@ def run(a, plots, predicted):
             ref = reference.softmax(xs[0][0][:2].get(), axis=-1)
             flush = nsets * n * s < 2 * (env.get("l2_bytes") or 60 * 2**20)
         for label, method, part, model in METHODS:
-            mm, k = model_method(method, part, model, dt, nrows, cols, None if predicted else xs[0][0])
+            mm, k = model_method(method, part, model, dt, nrows, cols, None if predicted else xs[0][0], g)
             nb = traffic.softmax_bytes(nrows, cols, dt, mm, splits=k)
             r = {"kernel": "softmax", "method": label, "model": mm, "splits": k, "dtype": dn,
                  "shape": f"{nrows}x{cols}", "rows": nrows, "cols": cols,
