@@ -135,6 +135,64 @@ def check(q, k, v, causal=False, scale=None, window=(-1, -1), what="", variant=N
 
 
 # ------------------------------------------------------------------------------------------------ CPU tests
+class _FakeArray:
+    """The attributes tensor_map reads of a CuPy array (shape, strides in bytes, dtype, data pointer)."""
+
+    def __init__(self, shape, strides, ptr=1 << 20, dtype=BF16):
+        self.shape, self.strides, self.ndim = tuple(shape), tuple(strides), len(shape)
+        self.dtype = np.dtype(dtype)
+        self.itemsize = self.dtype.itemsize
+
+        class _Ptr:
+            pass
+
+        self.data = _Ptr()
+        self.data.ptr = ptr
+
+
+def test_tensor_map_arguments_and_refusals(monkeypatch):
+    """tensor_map describes (B, H, S, d) as the 4-D map (d, S, H, B) with byte strides of S, H, B, a 64 x Bc box
+    and the 128-byte swizzle; it declines (None) what TMA cannot read, without calling the driver."""
+    import ctypes
+
+    calls = []
+
+    def fake_encode(out, dtype, rank, ptr, dims, strides, box, estr, inter, swz, l2, oob):
+        calls.append(dict(dtype=dtype, rank=rank, ptr=ptr, dims=list(dims[:4]), strides=list(strides[:3]),
+                          box=list(box[:4]), estr=list(estr[:4]), swizzle=swz, oob=oob))
+        ctypes.memset(out, 0xAB, 128)  # the driver fills the 128 opaque bytes
+        return 0
+
+    monkeypatch.setattr(S90, "_encode_fn", lambda: fake_encode)
+    B, H, S, d = 2, 3, 100, 128
+    m = S90.tensor_map(_FakeArray((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2)), 128)
+    assert m is not None and m.dtype.itemsize == 128 and m.shape == (1,) and m.tobytes() == b"\xab" * 128
+    c = calls.pop()
+    assert c["dims"] == [d, S, H, B] and c["strides"] == [d * 2, S * d * 2, H * S * d * 2]
+    assert c["box"] == [64, 128, 1, 1] and c["estr"] == [1, 1, 1, 1] and c["swizzle"] == 3 and c["oob"] == 0
+    assert c["rank"] == 4 and c["dtype"] == 9 and c["ptr"] == 1 << 20
+    # a (batch, seqlen, heads, head_dim) view: strides out of order are fine
+    S90.tensor_map(_FakeArray((B, H, S, 64), (S * H * 64 * 2, 64 * 2, H * 64 * 2, 2), dtype=F16), 64)
+    c = calls.pop()
+    assert c["dims"] == [64, S, H, B] and c["strides"] == [H * 64 * 2, 64 * 2, S * H * 64 * 2] and c["dtype"] == 6
+    # a size-one dimension may carry any stride: a valid one is given instead
+    S90.tensor_map(_FakeArray((1, 1, S, d), (7, 0, d * 2, 2)), 128)
+    c = calls.pop()
+    assert c["strides"] == [d * 2, S * d * 2, S * d * 2]
+    # refused: broadcast (stride 0), negative or unaligned strides, unaligned data, strided last axis
+    for shape, strides, ptr in [((2, H, S, d), (0, S * d * 2, d * 2, 2), 1 << 20),
+                                ((B, H, S, d), (H * S * d * 2, S * d * 2, -d * 2, 2), 1 << 20),
+                                ((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2 + 2, 2), 1 << 20),
+                                ((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2), (1 << 20) + 8),
+                                ((B, H, S, d), (H * S * d * 4, S * d * 4, d * 4, 4), 1 << 20)]:
+        assert S90.tensor_map(_FakeArray(shape, strides, ptr), 128) is None, (shape, strides, ptr)
+    assert not calls
+    monkeypatch.setattr(S90, "_encode_fn", lambda: (lambda *a: 1))  # the driver refuses
+    assert S90.tensor_map(_FakeArray((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2)), 128) is None
+    monkeypatch.setattr(S90, "_encode_fn", lambda: None)  # no driver entry point
+    assert S90.tensor_map(_FakeArray((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2)), 128) is None
+
+
 def test_configurations_fit_h200_shared_memory():
     for (dt, d, var, br, bc, pv) in S90.configurations():
         assert S90.smem_bytes(var, d, br, bc) <= 227 * 1024, (dt, d, var, br, bc)
