@@ -447,13 +447,6 @@ def unscale_and_check_bytes(numels, dtypes, write: bool = True) -> int:
     return int(data * (2 if write else 1) + TABLE_BYTES_PER_TENSOR * tensors)
 
 
-def _step_flag_bytes(skip_flag: bool, skipped: bool) -> int:
-    """The bytes of the skip flag (4 when a device flag is passed), or the whole count of a skipped step."""
-    if skipped:
-        return FLAG_BYTES   # every thread reads *skip (one word, served once from HBM) and returns
-    return FLAG_BYTES if skip_flag else 0
-
-
 def sgd_momentum_step_bytes(numel: int, grad_dtype, model_dtype=None, *, momentum: float = 0.9,
                             first_step: bool = False, skip_flag: bool = False, skipped: bool = False) -> int:
     """HBM bytes of ``cuflash.amp.sgd_momentum_step`` over ``numel`` parameters (one pass, in place).
@@ -468,9 +461,9 @@ def sgd_momentum_step_bytes(numel: int, grad_dtype, model_dtype=None, *, momentu
     thread reads the same int32: 4 bytes). ``skipped=True``: the flag was nonzero; every thread reads it and
     returns, so the step moves only those 4 bytes.
     """
-    flag = _step_flag_bytes(skip_flag, skipped)
-    if skipped:
-        return int(flag)
+    if skipped:  # every thread reads *skip (one word, served once from HBM) and returns
+        return FLAG_BYTES
+    flag = FLAG_BYTES if skip_flag else 0
     per = itemsize(grad_dtype) + 2 * ACC_BYTES
     if momentum != 0:
         per += ACC_BYTES * (1 if first_step else 2)
@@ -491,9 +484,9 @@ def adamw_step_bytes(numel: int, grad_dtype, model_dtype=None, *, skip_flag: boo
     (amp.cu's header: reads G+4+4+4, writes 4+4+4+M; e.g. bf16 gradient and model: 28 bytes per parameter.)
     ``skip_flag`` / ``skipped`` as :func:`sgd_momentum_step_bytes`: a skipped step reads only the 4-byte flag.
     """
-    flag = _step_flag_bytes(skip_flag, skipped)
-    if skipped:
-        return int(flag)
+    if skipped:  # every thread reads *skip (one word, served once from HBM) and returns
+        return FLAG_BYTES
+    flag = FLAG_BYTES if skip_flag else 0
     per = itemsize(grad_dtype) + 3 * 2 * ACC_BYTES
     if model_dtype is not None:
         per += itemsize(model_dtype)
