@@ -48,12 +48,12 @@ def pytest_sessionstart(session):
     from cuflash import _compile
 
     entries = [(s, n, list(o)) for (s, n, o, _release) in _compile.declared()]
-    chunks = [entries[i::jobs] for i in range(jobs)]
+    chunks = [c for c in (entries[i::jobs] for i in range(jobs)) if c]
     t0 = time.time()
     procs = [subprocess.Popen([sys.executable, "-c", _WARM_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for c in chunks if c]
+                              stderr=subprocess.STDOUT, text=True) for _ in chunks]
     failed = 0
-    for pr, c in zip(procs, [c for c in chunks if c]):
+    for pr, c in zip(procs, chunks):
         out, _ = pr.communicate(json.dumps(c))
         if pr.returncode != 0:  # the tests that use these kernels will compile them and report the error
             failed += 1
