@@ -27,6 +27,7 @@ subprocesses and reports hangs or crashes without taking the caller down.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import subprocess
@@ -169,25 +170,22 @@ _MAP_DTYPE = np.dtype([("opaque", "<u8", (16,))])
 _ZERO_MAP = np.zeros(1, dtype=_MAP_DTYPE)
 _CU_DTYPE = {"float16": 6, "bfloat16": 9}
 _SWIZZLE_128B, _L2_PROMOTION_256B = 3, 3
-_ENCODE: list = []
 
 
+@functools.lru_cache(maxsize=None)
 def _encode_fn():
     """The driver's cuTensorMapEncodeTiled through ctypes (None when the driver library lacks it)."""
-    if not _ENCODE:
-        import ctypes
+    import ctypes
 
-        fn = None
-        try:
-            fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
-            u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p,
-                           u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _ENCODE.append(fn)
-    return _ENCODE[0]
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+    except (OSError, AttributeError):
+        return None
+    u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def tensor_map(a, box_rows: int):
