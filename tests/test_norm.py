@@ -92,8 +92,23 @@ def max_err(out, ref):
     return float(d.max(initial=0.0)), float(d.mean()) if d.size else 0.0
 
 
+def y_scale(h, rstd, weight=None):
+    """Per-row scale of a normalised output's rounding error: max(1, max|h| * rstd * max|w|) (shape (rows, 1)).
+
+    y = (h - mean) * rstd * w: an error of one ulp of |h| in the mean (or in h - mean) moves y by
+    ulp(|h|) * rstd * |w|, so a row whose spread is small against its values (large |h| * rstd) is
+    ill-conditioned and every float32 implementation, the baseline included, errs there in proportion.
+    """
+    h = np.abs(np.asarray(h, np.float64))
+    hm = np.where(np.isfinite(h), h, 0).max(axis=-1, keepdims=True, initial=0.0)
+    r = np.asarray(rstd, np.float64).reshape(hm.shape)
+    wm = 1.0 if weight is None else float(np.abs(np.asarray(weight, np.float64)).max(initial=1.0))
+    return np.maximum(1.0, np.where(np.isfinite(r), hm * r * wm, 1.0))
+
+
 def check_close(name, out, ref, base, dt, n, scale=None):
-    """Kernel error <= 2 x baseline error + floor (floor: tolerance(dt, n) at the output's scale)."""
+    """Kernel error <= 2 x baseline error + floor, elementwise (floor: tolerance(dt, n) at the output's scale:
+    a number, or an array broadcast against the output, e.g. y_scale's per-row condition)."""
     out = np.asarray(out, np.float64)
     ref = np.asarray(ref, np.float64)
     assert out.shape == ref.shape, (name, out.shape, ref.shape)
@@ -103,10 +118,16 @@ def check_close(name, out, ref, base, dt, n, scale=None):
     ke, km = max_err(out, ref)
     be, bm = max_err(base, ref)
     atol, rtol = _dtypes.tolerance(dt, n)
-    s = scale if scale is not None else max(1.0, float(np.abs(np.where(fin, ref, 0)).max(initial=0.0)))
-    floor = rtol * s
-    print(f"  {name:<10} kernel max {ke:.3e} mean {km:.3e} | baseline max {be:.3e} mean {bm:.3e} | floor {floor:.2e}")
-    assert ke <= 2 * be + floor, f"{name}: max error {ke:.3e} > 2 x baseline {be:.3e} + {floor:.2e}"
+    s = max(1.0, float(np.abs(np.where(fin, ref, 0)).max(initial=0.0)))
+    if scale is not None:
+        s = np.maximum(s, np.asarray(scale, np.float64)) if np.ndim(scale) else float(scale)
+    floor = rtol * np.broadcast_to(s, out.shape)
+    err = np.abs(np.where(fin, out - ref, 0.0))
+    worst = np.unravel_index(int(np.argmax(err - floor)), out.shape) if out.size else ()
+    print(f"  {name:<10} kernel max {ke:.3e} mean {km:.3e} | baseline max {be:.3e} mean {bm:.3e} | floor "
+          f"{float(floor.min(initial=np.inf)):.2e}..{float(floor.max(initial=0.0)):.2e}")
+    assert (err <= 2 * be + floor).all(), (f"{name}: error {err[worst]:.3e} at {worst} > 2 x baseline {be:.3e} "
+                                           f"+ floor {floor[worst]:.2e}")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -253,7 +274,7 @@ def _run_forward(cp, rng, kind, dt, rows, hidden, variant, check_rows=None, loc=
     ref, mean, rstd = ref_forward(kind, hs.astype(np.float64), w, b, eps)
     base = rnd(f32_forward(kind, hs, w, b, eps), dt)
     print(f"{kind} {dt} rows={rows} hidden={hidden} variant={variant}")
-    check_close("y", yk, ref, base, dt, hidden)
+    check_close("y", yk, ref, base, dt, hidden, scale=y_scale(hs, rstd, w))
     if stats:
         h32 = hs.astype(np.float32)
         floor = 2e-5 + math.sqrt(hidden) * E32
@@ -346,7 +367,7 @@ def test_forward_many_rows(cp, rng, kind, dt, hidden):
     ref, mean, rstd = ref_forward(kind, hs.astype(np.float64), w, b, eps)
     base = rnd(f32_forward(kind, hs, w, b, eps), dt)
     print(f"{kind} {dt} rows={rows} hidden={hidden}")
-    check_close("y", out[0][sel].get(), ref, base, dt, hidden)
+    check_close("y", out[0][sel].get(), ref, base, dt, hidden, scale=y_scale(hs, rstd, w))
     np.testing.assert_allclose(out[-1][sel].get(), rstd, rtol=1e-4)
     if kind == "layer":
         np.testing.assert_allclose(out[2][sel].get(), mean, rtol=1e-4, atol=1e-4)
