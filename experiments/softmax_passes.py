@@ -9,7 +9,16 @@ Each row is timed with CUDA events (median, inputs ~L2-sized or larger rotated /
 a schedule that is purely memory bound sits on its modeled pass count. torch.softmax is timed beside it.
 Without a GPU (or with ``--predict``): the model only, with roofline-predicted times (labelled PREDICTED).
 
-    python experiments/softmax_passes.py [--quick] [--predict] [--ncu auto|on|off] [--out DIR]
+Measured DRAM bytes (``--ncu``; auto: on for a full run when Nsight Compute is found): the timing loop runs first
+and the results are written at once (so a run killed during profiling still leaves the timings); then every
+cuflash row is profiled in ONE ncu process (``cuflash.ncu.measure_many``: one Python start-up and JIT warm-up,
+marker kernels between the calls; ``--ncu-per-dtype``: one process per dtype, results written after each),
+bounded by ``--ncu-timeout`` seconds per process, and the bytes are merged into the rows (``measured_bytes``,
+``measured_over_modeled``, ``passes_measured``, ``model_note``; ``ncu_error`` where a call was not measured)
+before the results are written again.
+
+    python experiments/softmax_passes.py [--quick] [--predict] [--ncu auto|on|off] [--ncu-timeout S]
+                                         [--ncu-per-dtype] [--out DIR] [--plots DIR]
 """
 from __future__ import annotations
 
@@ -49,6 +58,10 @@ def parse_args(argv):
     ap.add_argument("--predict", action="store_true")
     ap.add_argument("--gpu", default="H200")
     ap.add_argument("--ncu", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument("--ncu-timeout", type=float, default=180.0,
+                    help="seconds per ncu process before it is killed (the timings are kept)")
+    ap.add_argument("--ncu-per-dtype", action="store_true",
+                    help="one ncu process per dtype (results written after each) instead of one for all")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--plots", default=None)
@@ -95,6 +108,93 @@ def shapes(a):
     for c in [int(x) for x in a.cols.split(",")]:
         rows = max(a.elements // c, 1)
         out.append((rows, c))
+    return out
+
+
+def _call_source(method, part, x):
+    """The Python source of one softmax call on the input named ``x`` (as the timing loop calls it)."""
+    if part is None:
+        return f"sm.softmax({x}, axis=-1, method={method!r})"
+    return f"sm._softmax_impl({x}, -1, sm.OP_SOFTMAX, {method!r}, {part!r})"
+
+
+def ncu_plan(rows):
+    """What to profile for ``rows`` (the measured rows of the timing loop): ``(setup, calls, targets)``.
+
+    Every cuflash row that was timed without error (not torch.softmax) gets one call; the inputs, one per
+    (dtype, rows, cols), are allocated once in ``setup`` as ``X[i]`` and shared by the methods of that shape.
+    ``targets[j]`` is the index in ``rows`` of the row that call ``j`` measures."""
+    spec = {m[0]: m for m in METHODS}
+    inputs: dict[tuple, int] = {}
+    calls, targets = [], []
+    for i, r in enumerate(rows):
+        if r.get("mode") != "measured" or r["method"] not in spec or r.get("error") or not r.get("ms"):
+            continue
+        _, method, part, _ = spec[r["method"]]
+        key = (r["dtype"], int(r["rows"]), int(r["cols"]))
+        j = inputs.setdefault(key, len(inputs))
+        calls.append(_call_source(method, part, f"X[{j}]"))
+        targets.append(i)
+    lines = ["import importlib",
+             "from cuflash import _dtypes",
+             "from cuflash._attention_alt import from_float32",
+             "sm = importlib.import_module('cuflash.softmax')",
+             "_rs = cupy.random.RandomState(1)",
+             "X = {}"]
+    for (dn, nrows, cols), j in inputs.items():
+        lines.append(f"X[{j}] = from_float32(_rs.standard_normal(({nrows}, {cols}), dtype=cupy.float32), "
+                     f"_dtypes.{dn})")
+    lines.append("cupy.cuda.Device().synchronize()")
+    return "\n".join(lines) + "\n", calls, targets
+
+
+def merge_measured(row, m, err=None):
+    """Put one measure_many result ``m`` (or None, with ``err``) into ``row``: the fields of ncu.compare plus
+    ``passes_measured`` (measured bytes / (elements x itemsize)), ``ncu_error`` when not measured."""
+    got = m["bytes"] if m and m.get("error") is None else None
+    row.update(ncu.compare(got, row["bytes_model"]))
+    if got is not None:
+        s = np.dtype(_dt(row["dtype"])).itemsize
+        row["passes_measured"] = got / (int(row["rows"]) * int(row["cols"]) * s)
+        row["ncu_launches"] = m.get("n_launches")
+        row.pop("ncu_error", None)
+    else:
+        row["ncu_error"] = str((m or {}).get("error") or err or "not measured")[:300]
+    return row
+
+
+def measure_bytes(rows, timeout=180.0, per_dtype=False, after_group=None):
+    """Profile the cuflash rows of ``rows`` under ncu in one ``ncu.measure_many`` process (or one per dtype)
+    and merge the DRAM bytes into the rows in place. ``after_group()`` runs after each process (the caller
+    writes the results there). Returns {'processes', 'calls', 'measured', 'errors'} (errors: one line per
+    process that failed as a whole: ncu missing, timed out, no metrics)."""
+    plans = []
+    if per_dtype:
+        for dn in dict.fromkeys(r["dtype"] for r in rows):
+            idx = [i for i, r in enumerate(rows) if r["dtype"] == dn]
+            setup, calls, t = ncu_plan([rows[i] for i in idx])
+            plans.append((dn, setup, calls, [idx[k] for k in t]))
+    else:
+        plans.append(("all", *ncu_plan(rows)))
+    out = {"processes": 0, "calls": 0, "measured": 0, "errors": []}
+    for what, setup, calls, targets in plans:
+        if not calls:
+            continue
+        print(f"softmax_passes: ncu: profiling {len(calls)} calls ({what}) in one process "
+              f"(timeout {timeout:.0f} s) ...", flush=True)
+        out["processes"] += 1
+        out["calls"] += len(calls)
+        try:
+            res, err = ncu.measure_many(setup, calls, timeout=timeout), None
+        except ncu.NcuUnavailable as e:
+            res, err = [None] * len(calls), (str(e).splitlines() or ["ncu failed"])[0][:300]
+            out["errors"].append(f"{what}: {err}")
+            print(f"softmax_passes: ncu ({what}): {err}", file=sys.stderr)
+        for i, m in zip(targets, res):
+            merge_measured(rows[i], m, err)
+            out["measured"] += rows[i].get("measured_bytes") is not None
+        if after_group is not None:
+            after_group()
     return out
 
 
@@ -160,16 +260,6 @@ def run(a, plots, predicted):
                     e = bench.errors(f(xs[0][0])[:2], ref)
                     r.update(max_abs_err=e["max_abs_err"], max_rel_err=e["max_rel_err"])
                     r["ms"] = bench.time_cuda(f, *xs, warmup=a.warmup, rep=a.rep, flush=flush)["median_ms"]
-                    if use_ncu:
-                        extra = "" if part is None else f", partition={part!r}"
-                        call = (f"sm._softmax_impl(x, -1, sm.OP_SOFTMAX, {method!r}{extra})" if part else
-                                f"sm.softmax(x, axis=-1, method={method!r})")
-                        setup = (f"import importlib, cuflash\nsm = importlib.import_module('cuflash.softmax')\n"
-                                 f"from cuflash._attention_alt import from_float32\n"
-                                 f"x = from_float32(cupy.random.standard_normal(({nrows}, {cols}), "
-                                 f"dtype=cupy.float32), cuflash._dtypes.{dn})\n")
-                        m = ncu.try_measure(call, setup)
-                        r.update(ncu.compare(m["bytes"] if m else None, nb))
                 except Exception as ex:
                     r["error"] = f"{type(ex).__name__}: {ex}"[:300]
                     print(f"softmax_passes: {label} {dn} {nrows}x{cols}: {r['error']}")
@@ -206,11 +296,26 @@ def run(a, plots, predicted):
     name = "softmax_passes_predicted" if predicted else "softmax_passes"
     meta = {"predicted": predicted, "copy_GBps": copy_gbps, "ncu": use_ncu, "args": vars(a),
             "gpu_table": g.name if predicted else None,
+            "ncu_status": "pending: timings written, ncu not finished" if use_ncu else "off",
             "note": ("PREDICTED: time = modeled bytes / copy bandwidth" if predicted else
                      "passes_equiv = time x copy GB/s (same run) / (elements x itemsize)")}
+    # the timings first: a run killed while ncu profiles still leaves them
     path = bench.write_results(name, rows_out, meta)
     label = f"PREDICTED for {g.name} (model, no GPU)" if predicted else f"{env.get('gpu')} (measured)"
     plot(rows_out, plots / f"{name}.png", label)
+    if use_ncu:
+        xs = ts = None   # noqa: F841  (free the timing inputs before the profiled process allocates its own)
+        cp.get_default_memory_pool().free_all_blocks()
+        if th is not None:
+            th.cuda.empty_cache()
+        st = measure_bytes(rows_out, a.ncu_timeout, a.ncu_per_dtype,
+                           after_group=lambda: bench.write_results(name, rows_out, meta))
+        meta.update(ncu_processes=st["processes"], ncu_calls=st["calls"], ncu_measured=st["measured"],
+                    ncu_errors=st["errors"], ncu_timeout_s=a.ncu_timeout,
+                    ncu_status=("done" if not st["errors"] else "failed: " + "; ".join(st["errors"]))[:500],
+                    measured=("ncu dram__bytes_read.sum + dram__bytes_write.sum per call, cold L2 "
+                              "(cuflash.ncu.measure_many: one process, marker kernels between calls)"))
+        path = bench.write_results(name, rows_out, meta)
     return path, rows_out
 
 

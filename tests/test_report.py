@@ -112,6 +112,93 @@ def test_ncu_csv_and_compare():
     assert "_prof.start()" in s and "range(3)" in s
 
 
+
+def _softmax_passes_timed_rows(mod, tmp_path):
+    """Rows as the timing loop leaves them (from the predicted quick sweep, relabelled measured), a torch row per
+    shape, and one cuflash row whose timing failed."""
+    mod.main(["--predict", "--quick", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "softmax_passes_predicted.json").read_text())["rows"]
+    out = []
+    for r in rows:
+        r = dict(r, mode="measured", ms=0.01)
+        r.pop("predicted_for", None)
+        out.append(r)
+        if r["method"] == "online (cuflash default)":
+            out.append({"kernel": "softmax", "method": "torch.softmax", "dtype": r["dtype"], "shape": r["shape"],
+                        "rows": r["rows"], "cols": r["cols"], "bytes_model": 1, "mode": "measured", "ms": 0.01})
+    out[1].pop("ms")
+    out[1]["error"] = "RuntimeError: timing failed"
+    return out
+
+
+def test_softmax_passes_ncu_merge(tmp_path, monkeypatch):
+    """The batched ncu phase: one measure_many process for every timed cuflash row (one input per shape in the
+    setup, torch and failed rows left out), the bytes merged into the right rows, per-call errors kept apart
+    from the timings; --ncu-per-dtype: one process per dtype, the results written after each."""
+    mod = _script("softmax_passes")
+    rows = _softmax_passes_timed_rows(mod, tmp_path)
+    n_cuflash = sum(r["method"] != "torch.softmax" for r in rows)
+    shapes = {(r["dtype"], r["rows"], r["cols"]) for r in rows}
+    setup, calls, targets = mod.ncu_plan(rows)
+    assert len(calls) == n_cuflash - 1 and 1 not in targets
+    assert all(rows[i]["method"] != "torch.softmax" for i in targets)
+    assert setup.count("from_float32(") == len(shapes)
+    compile(ncu._script(setup, calls, 1), "region", "exec")
+    assert "sm.softmax(X[0], axis=-1, method='naive')" in calls
+    assert "sm._softmax_impl(X[0], -1, sm.OP_SOFTMAX, 'online', {'single_read': False})" in calls
+
+    seen = []
+
+    def fake_measure_many(setup, calls, repeat=1, kernel_regex=None, timeout=600, **kw):
+        seen.append((setup, list(calls), timeout))
+        res = []
+        for j, c in enumerate(calls):
+            if j == 2:
+                res.append({"bytes": None, "read_bytes": None, "write_bytes": None, "launches": [], "n_launches": 0,
+                            "error": "RuntimeError: boom"})
+            else:   # bytes tagged by the call index: 1000 * (j + 1)
+                res.append({"bytes": 1000.0 * (j + 1), "read_bytes": 600.0 * (j + 1),
+                            "write_bytes": 400.0 * (j + 1), "launches": [{}], "n_launches": 1, "error": None})
+        return res
+
+    monkeypatch.setattr(ncu, "measure_many", fake_measure_many)
+    st = mod.measure_bytes(rows, timeout=42, per_dtype=False)
+    assert len(seen) == 1 and seen[0][2] == 42 and st["processes"] == 1
+    assert st["calls"] == len(calls) and st["measured"] == len(calls) - 1 and not st["errors"]
+    for j, i in enumerate(targets):
+        r = rows[i]
+        assert r["ms"] == 0.01 and "error" not in r              # the timings are untouched
+        assert r["modeled_bytes"] == r["bytes_model"]
+        if j == 2:
+            assert r["measured_bytes"] is None and r["ncu_error"] == "RuntimeError: boom"
+        else:
+            s = {"float32": 4, "bfloat16": 2}[r["dtype"]]
+            assert r["measured_bytes"] == 1000.0 * (j + 1) and "ncu_error" not in r
+            assert r["measured_over_modeled"] == pytest.approx(1000.0 * (j + 1) / r["bytes_model"])
+            assert r["passes_measured"] == pytest.approx(1000.0 * (j + 1) / (r["rows"] * r["cols"] * s))
+    assert "measured_bytes" not in rows[1] and all("measured_bytes" not in r for r in rows
+                                                    if r["method"] == "torch.softmax")
+
+    # one process per dtype, results written after each; a process that fails as a whole keeps the timings
+    rows = _softmax_passes_timed_rows(mod, tmp_path)
+    seen.clear()
+    writes = []
+
+    def failing_for_bf16(setup, calls, **kw):
+        if "_dtypes.bfloat16" in setup:
+            raise ncu.NcuUnavailable("ncu timed out after 42 s")
+        assert "_dtypes.float32" in setup
+        return fake_measure_many(setup, calls, **kw)
+
+    monkeypatch.setattr(ncu, "measure_many", failing_for_bf16)
+    st = mod.measure_bytes(rows, timeout=42, per_dtype=True, after_group=lambda: writes.append(1))
+    assert st["processes"] == 2 and len(writes) == 2 and len(seen) == 1
+    assert st["errors"] == ["bfloat16: ncu timed out after 42 s"]
+    bf = [r for r in rows if r["dtype"] == "bfloat16" and r["method"] != "torch.softmax"]
+    assert bf and all(r["measured_bytes"] is None and "timed out" in r["ncu_error"] and r["ms"] for r in bf)
+    f32 = [r for r in rows if r["dtype"] == "float32" and r["method"] != "torch.softmax" and "error" not in r]
+    assert sum(r["measured_bytes"] is not None for r in f32) == len(f32) - 1
+
 def test_report_labels_rows_without_kernel_or_shape(tmp_path):
     """Tile-sweep rows and the one-row-per-shape attention benches get a kernel, a shape and a peer ratio."""
     res = tmp_path / "results"
