@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from . import _compile, _dtypes
+from ._attn_common import parse_block_sizes
 
 SOURCE = "attention_fa1.cu"
 NT = 256
@@ -66,10 +67,7 @@ def fa1_tiles(p, block_sizes=None) -> tuple[int, int]:
             if fa1_smem_bytes(d, br, bc) <= limit:
                 return br, bc
         raise _compile.ConfigurationError(f"fa1: no tile size fits head_dim {d} in {limit} bytes of shared memory")
-    try:
-        br, bc = (int(x) for x in block_sizes)
-    except Exception:
-        raise ValueError(f"block_sizes must be a pair (Br, Bc), got {block_sizes!r}") from None
+    br, bc = parse_block_sizes(block_sizes)
     if (br, bc) not in FA1_TILES:
         raise ValueError(f"fa1 block_sizes (Br={br}, Bc={bc}) is not instantiated; available: {FA1_TILES}")
     need = fa1_smem_bytes(d, br, bc)

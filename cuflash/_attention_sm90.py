@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import last_axis_contiguous, pad_head_dim
+from ._attn_common import last_axis_contiguous, pad_head_dim, parse_block_sizes
 
 SOURCE = "attention_fwd_sm90.cu"
 ARCH_OPTIONS = ("--gpu-architecture=sm_90a",)
@@ -148,10 +148,7 @@ def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int,
     if block_sizes is None:
         br, bc, pv0 = avail[0]
     else:
-        try:
-            br, bc = (int(x) for x in block_sizes)
-        except Exception:
-            raise ValueError(f"block_sizes must be a pair (Br, Bc), got {block_sizes!r}") from None
+        br, bc = parse_block_sizes(block_sizes)
         pv0 = next((c[2] for c in avail if c[:2] == (br, bc)), None)
         if pv0 is None:
             raise ValueError(f"block_sizes (Br={br}, Bc={bc}) is not instantiated for the sm90 kernel "

@@ -52,14 +52,52 @@ def padded_head_dim(d: int) -> int:
     raise ValueError(f"head_dim {d} > 256 is not supported")
 
 
-def normalize_window(causal: bool, window_size, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
-    """(left, right) in keys, -1 = unbounded; causal sets right = 0."""
+def as_int(v, what: str) -> int:
+    """``v`` as a Python int: ints and NumPy integers only (a float, string or bool raises TypeError)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
+    return int(v)
+
+
+def as_bool(v, what: str) -> bool:
+    """``v`` as a Python bool: bools, NumPy bools and the ints 0 / 1 only (``causal="no"`` raises TypeError)."""
+    if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)):
+        return bool(v)
+    raise TypeError(f"{what} must be a bool, got {v!r} ({type(v).__name__})")
+
+
+def parse_block_sizes(block_sizes, lengths=(2,)) -> tuple[int, ...]:
+    """``block_sizes`` as a tuple of ints of one of ``lengths`` ((Br, Bc), or (Br, Bc, warps) where allowed);
+    anything else (a string, floats, another length) raises ValueError naming it."""
+    what = " or ".join({2: "(Br, Bc)", 3: "(Br, Bc, warps)"}[n] for n in lengths)
     try:
-        left, right = (int(w) for w in window_size)
-    except Exception:
-        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
+        if isinstance(block_sizes, (str, bytes)):
+            raise TypeError
+        bs = tuple(as_int(x, "block_sizes entry") for x in block_sizes)
+    except TypeError:
+        bs = ()
+    if len(bs) not in lengths:
+        raise ValueError(f"block_sizes must be {what} of ints, got {block_sizes!r}")
+    return bs
+
+
+def normalize_window(causal: bool, window_size, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """(left, right) in keys, -1 = unbounded; causal sets right = 0. A bound of seqlen_q + seqlen_k or more
+    excludes no key and becomes -1 (the kernels' int32 index arithmetic stays far from overflow). Raises
+    TypeError for non-int entries, ValueError for entries < -1 or not a pair."""
+    if isinstance(window_size, (str, bytes)):
+        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    try:
+        pair = tuple(window_size)
+    except TypeError:
+        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
+    if len(pair) != 2:
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = (as_int(w, "window_size entry") for w in pair)
     if left < -1 or right < -1:
         raise ValueError(f"window_size entries must be >= -1, got {window_size!r}")
+    wide = seqlen_q + seqlen_k
+    left, right = (-1 if w >= wide else w for w in (left, right))
     if causal:
         right = 0 if right < 0 else min(right, 0)
     return left, right
@@ -128,7 +166,8 @@ def pad_head_dim(a, d_to: int):
 def prepare(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), dtypes=DTYPES) -> AttnProblem:
     """Validate (batch, heads, seqlen, head_dim) inputs; raise TypeError/ValueError before any launch.
 
-    Raises TypeError for non-arrays, unsupported or mixed dtypes; ValueError for wrong ranks, mismatched
+    Raises TypeError for non-arrays, unsupported or mixed dtypes, a non-bool ``causal`` or non-int window entries;
+    ValueError for wrong ranks, mismatched
     batch/seqlen/head_dim, heads_q not divisible by heads_kv, head_dim > 256 or < 1, bad window or scale.
     """
     q, k, v = as_cupy(q, "q"), as_cupy(k, "k"), as_cupy(v, "v")
@@ -159,5 +198,6 @@ def prepare(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), dty
         scale = float(softmax_scale)
         if not math.isfinite(scale):
             raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
-    window = normalize_window(bool(causal), window_size, Sq, Sk)
-    return AttnProblem(q, k, v, B, Hq, Hkv, Sq, Sk, D, padded_head_dim(D), dt, scale, bool(causal), window)
+    causal = as_bool(causal, "causal")
+    window = normalize_window(causal, window_size, Sq, Sk)
+    return AttnProblem(q, k, v, B, Hq, Hkv, Sq, Sk, D, padded_head_dim(D), dt, scale, causal, window)

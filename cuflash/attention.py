@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from . import _attention_sm90, _compile, _dtypes
-from ._attn_common import NATIVE_HEAD_DIMS, last_axis_contiguous, pad_head_dim, prepare
+from ._attn_common import NATIVE_HEAD_DIMS, last_axis_contiguous, pad_head_dim, parse_block_sizes, prepare
 
 SOURCE = "attention_fwd.cu"
 SCHEDULES = ("auto", "fa2", "fa1", "standard", "wgmma")
@@ -121,9 +121,10 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         (FlashAttention-1 schedule, K/V tiles outermost), ``"standard"`` (the textbook version: S and P
         materialised in HBM, for the traffic comparison) or ``"wgmma"`` (the Hopper kernel of
         ``cuflash._attention_sm90``: warpgroup MMA, K/V by TMA, warp specialisation; cc 9.0 only).
-    block_sizes : (Br, Bc) or (Br, Bc, warps) overriding the tuned tile choice (fp16/bf16; also passed to the fa1
-        schedule); a configuration that is not instantiated (``instantiated_tiles``) or does not fit the device's
-        shared memory raises ValueError naming it. Ignored by the float32 path.
+    block_sizes : (Br, Bc) or (Br, Bc, warps) overriding the tuned tile choice of the fa2 kernel (fp16/bf16);
+        ``"fa1"`` and ``"wgmma"`` take a pair of their own instantiated tiles; ``"standard"`` and the float32 path
+        ignore it. Ints only; a configuration that is not instantiated (``instantiated_tiles``) or does not fit
+        the device's shared memory raises ValueError naming it.
 
     Returns
     -------
@@ -139,13 +140,16 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
 
     Raises
     ------
-    TypeError : non-arrays, unsupported or mixed dtypes.
+    TypeError : non-arrays, unsupported or mixed dtypes, a non-bool ``causal``, non-int ``window_size`` entries.
     ValueError : wrong ranks, mismatched batch / head_dim, heads_q not a multiple of heads_kv, head_dim > 256,
-        bad window, unknown schedule, block_sizes not instantiated or not fitting (``ConfigurationError``).
+        bad window, unknown schedule, block_sizes malformed, not instantiated or not fitting
+        (``ConfigurationError``).
     """
     p = prepare(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if block_sizes is not None:  # the format, on every schedule (the kernels check the values they instantiate)
+        parse_block_sizes(block_sizes, (2, 3))
     if (schedule == "auto" and block_sizes is None and AUTO_WGMMA and p.head_dim >= AUTO_WGMMA_MIN_HEAD_DIM
             and _attention_sm90.supports(p)):
         schedule = "wgmma"  # the Hopper kernel is the default on compute capability 9.0
@@ -179,11 +183,7 @@ def choose_tiles(p, block_sizes=None) -> tuple[int, int, int]:
     default = DEFAULT_TILES[(d, p.causal)]
     if block_sizes is None:
         return default
-    try:
-        bs = tuple(int(x) for x in block_sizes)
-        assert len(bs) in (2, 3)
-    except Exception:
-        raise ValueError(f"block_sizes must be (Br, Bc) or (Br, Bc, warps), got {block_sizes!r}") from None
+    bs = parse_block_sizes(block_sizes, (2, 3))
     avail = instantiated_tiles(p.dtype, d)
     match = [c for c in avail if c[:len(bs)] == bs]
     if not match:

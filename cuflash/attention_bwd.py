@@ -70,7 +70,8 @@ import math
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import (NATIVE_HEAD_DIMS, as_cupy, last_axis_contiguous, pad_head_dim, prepare)
+from ._attn_common import (NATIVE_HEAD_DIMS, as_cupy, last_axis_contiguous, pad_head_dim, parse_block_sizes,
+                           prepare)
 
 SOURCE = "attention_bwd.cu"
 BM = 64           # Br: query rows per Q tile of the tensor-core kernels
@@ -222,15 +223,16 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     q : (batch, heads_q, seqlen_q, head_dim); k, v : (batch, heads_kv, seqlen_k, head_dim); float16, bfloat16 or
         float32, any strides; heads_q % heads_kv == 0 (GQA / MQA).
     out : (batch, heads_q, seqlen_q, head_dim), the forward's output (q's dtype).
-    lse : (batch, heads_q, seqlen_q) float32 (float64 / float16 are converted), the forward's natural-log
+    lse : (batch, heads_q, seqlen_q) float32 (float64 / float16 / bfloat16 are converted), the forward's natural-log
         logsumexp of the scaled, masked scores; -inf for a row that sees no key (its gradients are 0).
     causal, softmax_scale, window_size : exactly as given to the forward (bottom-right aligned mask; the scale
         defaults to 1/sqrt(head_dim)).
     deterministic : False (default): dQ is summed over K tiles with float32 atomicAdd, whose order varies, so
         dq may differ in the last bits between runs (dk, dv never do). True: a separate dQ kernel sums in a
         fixed order; results are bitwise identical over repeated runs. float32 inputs are always deterministic.
-    block_sizes : (Br, Bc) of the dK/dV kernel overriding the default (64, 64); (64, 128) is instantiated for
-        head_dim 64 and 128 (float16 / bfloat16). Anything else raises ValueError.
+    block_sizes : (Br, Bc) of the dK/dV kernel (float16 / bfloat16) overriding the default: (64, 128) at
+        head_dim 128, (64, 64) otherwise; also instantiated: (64, 128) at head_dim 64 and (64, 64) at 128.
+        Anything else raises ValueError (also for float32, which then ignores a valid pair).
 
     Returns
     -------
@@ -258,7 +260,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
             raise TypeError(f"{name} must have q's dtype {dt}, got {a.dtype}")
         if a.shape != p.q.shape:
             raise ValueError(f"{name} must have q's shape {p.q.shape}, got {a.shape}")
-    if lse.dtype.kind != "f":
+    if lse.dtype.kind != "f" and lse.dtype != _dtypes.bfloat16:
         raise TypeError(f"lse must be a floating array (float32), got {lse.dtype}")
     if lse.shape != (B, Hq, Sq):
         raise ValueError(f"lse must have shape (batch, heads_q, seqlen_q) = {(B, Hq, Sq)}, got {lse.shape}")
@@ -270,11 +272,10 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     d = p.head_dim_padded
     f32 = dt == _dtypes.float32
     bc = None
+    if block_sizes is not None:  # the format is checked on every path (float32 then ignores it)
+        bs = parse_block_sizes(block_sizes)
     if block_sizes is not None and not f32:
-        try:
-            br, bc = (int(x) for x in block_sizes)
-        except Exception:
-            raise ValueError(f"block_sizes must be a pair (Br, Bc), got {block_sizes!r}") from None
+        br, bc = bs
         avail = [(BM, DEFAULT_BC[d])] + [(BM, c) for c in EXTRA_BC.get(d, ())]
         if (br, bc) not in avail:
             raise ValueError(f"block_sizes {block_sizes!r} is not instantiated for head_dim {d}, {dt}; "
@@ -291,12 +292,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
 
     if lse.dtype != np.float32:
         lse = lse.astype(np.float32)
-    left, right = p.window
-    # A window wider than both sequences is unbounded (keeps the kernels' int arithmetic far from overflow).
-    if left > Sq + Sk:
-        left = -1
-    if right > Sq + Sk:
-        right = -1
+    left, right = p.window  # (a bound >= seqlen_q + seqlen_k is already -1: prepare)
     scale = np.float32(p.softmax_scale)
     names = kernel_names(dt, d, None if f32 else bc)
 

@@ -165,6 +165,8 @@ _AxisError = getattr(getattr(np, "exceptions", np), "AxisError")  # a ValueError
 
 def _one_axis(a, ndim):
     try:
+        if isinstance(a, (bool, np.bool_)):  # numpy and scipy refuse axis=True
+            raise TypeError
         i = operator.index(a)
     except TypeError:
         raise TypeError(f"axis must be None, an int or a tuple of ints, got {a!r}") from None
@@ -310,7 +312,7 @@ def _cluster_hold(pl, op, partition, dev, kernel):
 # ----------------------------------------------------------------------------------------------------------
 # launching. A call is prepared once per (shape, strides, dtype, alignment, axis, op, method, device, partition):
 # the plan, the kernels and the scalar arguments are kept, so a repeated call costs a dict lookup, an output
-# allocation and the launch (host overhead, DESIGN.md).
+# allocation and the launch (host overhead).
 _NUL = np.uint64(0)
 _PREP: dict = {}
 
@@ -327,6 +329,8 @@ def _i64(v):
 def _prepare(x, axis, op, method, partition):
     import cupy
 
+    _check_method(method)  # the argument errors come first, before any device query
+    _axes(axis, x.ndim)
     dev = cupy.cuda.runtime.getDevice()
     try:
         key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
@@ -617,9 +621,10 @@ def _logsumexp_weighted(a, axis, b, keepdims, return_sign):
     import cupy
 
     _check_dtype(a.dtype, "a")
-    if isinstance(b, (int, float, np.number)) and not isinstance(b, (bool, np.bool_, complex, np.complexfloating)):
+    scalar = isinstance(b, (int, float, np.number)) and not isinstance(b, (bool, np.bool_, complex,
+                                                                            np.complexfloating))
+    if scalar:
         out_dt = np.result_type(a.dtype, b) if a.dtype != _dtypes.bfloat16 else a.dtype
-        b = cupy.asarray(b, dtype=out_dt)
     else:
         b = _as_cupy(b, "b")
         if b.dtype not in _SUPPORTED and b.dtype.kind not in "fiub":
@@ -631,11 +636,16 @@ def _logsumexp_weighted(a, axis, b, keepdims, return_sign):
         if out_dt not in _SUPPORTED and out_dt.kind != "f":  # integer/bool weights: scipy's float64
             out_dt = np.dtype(np.float64)
     out_dt = _check_dtype(out_dt, "logsumexp(a, b)")
-    acc = np.float64 if out_dt == _dtypes.float64 else np.float32
-    try:
-        a, b = cupy.broadcast_arrays(a.astype(acc), b.astype(acc))
+    b_shape = () if scalar else b.shape
+    try:  # shapes and axes checked before anything touches the device
+        shape = np.broadcast_shapes(a.shape, b_shape)
     except ValueError as e:
-        raise ValueError(f"b (shape {b.shape}) does not broadcast against a (shape {a.shape}): {e}") from None
+        raise ValueError(f"b (shape {b_shape}) does not broadcast against a (shape {a.shape}): {e}") from None
+    _axes(axis, max(len(shape), 1))
+    if scalar:
+        b = cupy.asarray(b, dtype=out_dt)
+    acc = np.float64 if out_dt == _dtypes.float64 else np.float32
+    a, b = cupy.broadcast_arrays(a.astype(acc), b.astype(acc))
     if a.ndim == 0:
         a, b = a.reshape(1), b.reshape(1)
     axes = _axes(axis, a.ndim)
@@ -726,8 +736,20 @@ def _scalar_or_array(x):
 
 
 def lse_from_state(state):
-    """log-sum-exp of a state: m + log(l) (−inf for the empty state, +inf when m = +inf, NaN for NaN)."""
+    """log-sum-exp of a state ``(m, l)`` (CuPy float32/float64 arrays of one shape, or scalars, as
+    :func:`online_softmax_state` and :func:`merge_states` return): ``m + log(l)``, −inf for the empty state,
+    +inf when m = +inf, NaN for NaN (Milakov & Gimelshein 2018). Raises TypeError for anything but a pair of
+    float32/float64 arrays, ValueError when their shapes differ."""
     import cupy
 
-    m, l = state
+    try:
+        m, l = state
+    except (TypeError, ValueError):
+        raise TypeError("lse_from_state takes a state, a pair (m, l)") from None
+    m, l = (x if isinstance(x, cupy.ndarray) else _scalar_or_array(x) for x in (m, l))
+    for x in (m, l):
+        if x.dtype not in (_dtypes.float32, _dtypes.float64):
+            raise TypeError(f"state arrays must be float32 or float64, got {x.dtype}")
+    if m.shape != l.shape:
+        raise ValueError(f"state arrays must have one shape, got m {m.shape} and l {l.shape}")
     return m + cupy.log(l)

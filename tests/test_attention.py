@@ -83,6 +83,34 @@ def test_non_array_input_raises_typeerror():
         attention([1.0], x, x)
 
 
+def test_argument_parsing_is_strict():
+    """causal, window_size and block_sizes take ints / bools only (no silent int() of floats or strings), and a
+    window bound of seqlen_q + seqlen_k or more is -1 (unbounded), as the backward always treated it."""
+    from cuflash._attn_common import as_bool, normalize_window, parse_block_sizes
+
+    assert normalize_window(False, (3, np.int64(2)), 10, 12) == (3, 2)
+    assert normalize_window(False, (22, 21), 10, 12) == (-1, 21)
+    assert normalize_window(False, (2**31, 2**40), 10, 12) == (-1, -1)
+    assert normalize_window(True, (5, 2**31), 10, 12) == (5, 0)
+    for bad in ("12", (1.7, 2.2), (1, "2"), (True, 0), 5):
+        with pytest.raises(TypeError, match="window_size"):
+            normalize_window(False, bad, 10, 12)
+    for bad in ((1, 2, 3), (1,)):
+        with pytest.raises(ValueError, match="window_size"):
+            normalize_window(False, bad, 10, 12)
+    with pytest.raises(ValueError, match=">= -1"):
+        normalize_window(False, (-2, 0), 10, 12)
+    assert as_bool(True, "causal") is True and as_bool(np.bool_(False), "causal") is False and as_bool(1, "c")
+    for bad in ("no", 2, 0.0, None):
+        with pytest.raises(TypeError, match="causal"):
+            as_bool(bad, "causal")
+    assert parse_block_sizes((128, np.int32(64))) == (128, 64)
+    assert parse_block_sizes([128, 64, 4], (2, 3)) == (128, 64, 4)
+    for bad in ((128.9, 64.2), "garbage", (), (128,), (128, 64, 4), 128, (128, "64")):
+        with pytest.raises(ValueError, match="block_sizes"):
+            parse_block_sizes(bad)
+
+
 def test_backward_names_dout_first():
     from cuflash.attention_bwd import attention_backward
 
@@ -383,6 +411,18 @@ def test_bad_inputs_raise(cp):
         attention(q, q, q, schedule="fa3")
     with pytest.raises(ValueError):
         attention(q, q, q, window_size=(-2, 0))
+    with pytest.raises(TypeError, match="causal"):
+        attention(q, q, q, causal="no")
+    with pytest.raises(TypeError, match="window_size"):
+        attention(q, q, q, window_size=(1.5, 0))
+    for schedule in ("standard", "fa2", "fa1"):
+        with pytest.raises(ValueError, match="block_sizes"):
+            attention(q, q, q, schedule=schedule, block_sizes="garbage")
+    # a window bound wider than both sequences is unbounded, never an int32 overflow in the kernel
+    qq = cp.asarray(cp.random.standard_normal((1, 2, 40, 64)), dtype=F16)
+    ref = attention(qq, qq, qq, window_size=(-1, 0))
+    assert bool(cp.all(attention(qq, qq, qq, window_size=(2**31, 0)) == ref))
+    assert bool(cp.all(attention(qq, qq, qq, window_size=(2**40, 2**31 - 1), causal=True) == ref))
 
 
 @gpu

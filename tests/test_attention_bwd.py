@@ -468,6 +468,11 @@ def test_bad_inputs_raise_before_launch(cp):
         attention_backward(q.get(), q, k, k, q, lse)
     with pytest.raises(ValueError, match="block_sizes"):
         attention_backward(q, q, k, k, q, lse, block_sizes=(64, 32))
+    q32, k32 = q.astype(np.float32), k.astype(np.float32)
+    with pytest.raises(ValueError, match="block_sizes"):  # float32 ignores a valid pair, not a malformed one
+        attention_backward(q32, q32, k32, k32, q32, lse, block_sizes="garbage")
+    with pytest.raises(TypeError, match="causal"):
+        attention_backward(q, q, k, k, q, lse, causal="no")
     # empty sequences: zero gradients, no launch
     dq, dk, dv = attention_backward(q[:, :, :0], q[:, :, :0], k, k, q[:, :, :0], lse[:, :, :0])
     assert dq.shape == (1, 2, 0, 64) and float(abs(dk).max()) == 0 and float(abs(dv).max()) == 0

@@ -3,7 +3,7 @@
 Every kernel path (warp, block, split, cluster, stream) at the row lengths around each switch and each vector tail, the
 three 16/32-bit dtypes (and float64), many rows, non-contiguous inputs and several axes; the handed cases of
 ``shared/cases/softmax.json`` one by one; property tests of the state merge and of row sums; bad input.
-The rule (DESIGN.md): the error is within 2x the error of a straightforward implementation in the same precision
+The rule (every kernel test of cuflash): the error is within 2x the error of a straightforward implementation in the same precision
 (scipy on float32 data, rounded once to the output dtype) plus a per-dtype floor; non-finite values must match.
 """
 import importlib
@@ -783,3 +783,38 @@ def test_cluster_chosen_automatically(dtype, rng, cp):
         _check(y.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f.__name__)
     _, pl = sm._softmax_impl(xd, -1, sm.OP_SOFTMAX, "online", {"cluster": 0}, return_plan=True)
     assert pl.path != "cluster"
+
+
+def _device_free_array(shape, dtype=np.float32):
+    """A CuPy array header over memory that is never touched (no GPU needed): argument checks that run before
+    any launch or device query raise on it; anything that reaches the device fails differently."""
+    cupy = pytest.importorskip("cupy")
+    dt = np.dtype(dtype)
+    mem = cupy.cuda.UnownedMemory(0x10000000, max(int(np.prod(shape)) * dt.itemsize, 1), None, device_id=0)
+    return cupy.ndarray(shape, dt, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+
+def test_argument_errors_come_before_the_device():
+    """Bad axes, methods, weights and states raise their documented errors before any device query or launch
+    (scipy's: axis=True is a TypeError; logsumexp checks b's shape and the axis before converting anything)."""
+    import cuflash
+
+    x = _device_free_array((4, 6))
+    with pytest.raises(ValueError, match="out of bounds"):
+        cuflash.softmax(x, axis=2)
+    with pytest.raises(TypeError, match="axis"):
+        cuflash.softmax(x, axis=True)
+    with pytest.raises(ValueError, match="method"):
+        cuflash.log_softmax(x, method="bad")
+    with pytest.raises(ValueError, match="out of bounds"):
+        cuflash.logsumexp(x, axis=5, b=2.0)
+    with pytest.raises(ValueError, match="broadcast"):
+        cuflash.logsumexp(x, b=_device_free_array((4,)))
+    with pytest.raises(TypeError, match="CuPy array"):
+        cuflash.lse_from_state((np.zeros(3, np.float32), np.ones(3, np.float32)))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        cuflash.lse_from_state((_device_free_array((3,), np.float16), _device_free_array((3,), np.float16)))
+    with pytest.raises(ValueError, match="one shape"):
+        cuflash.lse_from_state((x, _device_free_array((4, 7))))
+    with pytest.raises(TypeError, match="pair"):
+        cuflash.lse_from_state(x)
