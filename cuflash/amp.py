@@ -110,6 +110,9 @@ def _check_grad_list(grads, what="grads"):
 def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
     """Multiply every gradient by ``inv_scale`` in place and flag any inf/NaN, in one launch per dtype.
 
+    The unscale and overflow check of loss scaling (Micikevicius et al. 2018, Sec. 3.2): a flagged step is
+    skipped and the scale lowered (:class:`DynamicLossScaler`).
+
     Parameters
     ----------
     grads : CuPy array or list of CuPy arrays, C-contiguous, float32/float16/bfloat16, any shapes.
@@ -118,9 +121,14 @@ def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
         ``_amp_foreach_non_finite_check_and_unscale_``); a fresh zero flag otherwise.
     write : False checks only (no stores), e.g. when the fused optimizer step unscales.
 
-    Returns the int32 flag array (device; 1 if any element of any tensor was inf or NaN before unscaling).
-    No host synchronisation. Raises TypeError for non-CuPy inputs or unsupported dtypes, ValueError for
-    non-contiguous arrays or a bad ``found_inf``.
+    Returns the int32 flag array (device; 1 if any element of any tensor was inf or NaN before unscaling;
+    ``found_inf`` itself when given). No host synchronisation.
+
+    Raises
+    ------
+    TypeError : a gradient or ``found_inf`` not a CuPy array; a gradient not float32/float16/bfloat16.
+    ValueError : a non-empty gradient that is not C-contiguous; ``found_inf`` not int32 or not of one element
+        (a wrong dtype is a ValueError here). All before any launch.
     """
     cupy = _cupy()
     grads = _check_grad_list(grads)
@@ -146,7 +154,11 @@ def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
 
 
 def check_finite(grads, found_inf=None):
-    """Flag (device int32, 1 = found) any inf/NaN in a list of tensors without modifying them."""
+    """Flag (device int32, 1 = found) any inf/NaN in a list of tensors without modifying them.
+
+    :func:`unscale_and_check` with ``inv_scale=1`` and ``write=False`` (the overflow check of Micikevicius et
+    al. 2018, Sec. 3.2, for fused steps that unscale themselves): same arguments, flag and errors.
+    """
     return unscale_and_check(grads, 1.0, found_inf, write=False)
 
 
@@ -186,14 +198,24 @@ def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.
                       weight_decay=0.0, nesterov=False, first_step=False, inv_scale=1.0, found_inf=None):
     """One fused SGD-with-momentum step on float32 master weights (torch.optim.SGD semantics), in place.
 
+    The float32 master copy of Micikevicius et al. 2018 (Sec. 3.1); momentum and Nesterov as
+    ``torch.optim.SGD`` (after Sutskever et al. 2013).
+
     ``g = grad*inv_scale + weight_decay*master``; ``buf = g`` on the first step, else
     ``buf = momentum*buf + (1-dampening)*g``; ``g = g + momentum*buf`` (Nesterov) or ``buf``;
     ``master -= lr*g``; ``model = round(master)`` (float16/bfloat16/float32 copy, same pass).
 
     Shapes: all arrays the same shape, C-contiguous. Dtypes: master and momentum_buf float32; grad
     float32/float16/bfloat16; model (optional) float16/bfloat16/float32. ``found_inf`` (optional 1-element int32
-    device flag): the step is skipped on the device when it is nonzero. Scalars are passed as float32.
-    Raises TypeError/ValueError on wrong types, dtypes or shapes (before any launch).
+    device flag): the step is skipped on the device when it is nonzero. Scalars (``lr`` per step, the others
+    dimensionless) are passed as float32. Returns ``master`` (updated in place).
+
+    Raises:
+        TypeError: an array argument (or ``found_inf``) not a CuPy array; master or momentum_buf not float32;
+            grad not float32/float16/bfloat16; model not float16/bfloat16/float32.
+        ValueError: an array of another shape than master; a non-empty array that is not C-contiguous;
+            ``nesterov`` with ``momentum <= 0`` or ``dampening != 0``; ``found_inf`` not int32 or not of one
+            element. All before any launch.
     """
     _check_param_set(master, grad, [("momentum_buf", momentum_buf)], model)
     if nesterov and (momentum <= 0 or dampening != 0):
@@ -212,7 +234,11 @@ def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.
 
 
 def adamw_bias_corrections(step: int, betas=(0.9, 0.999)) -> tuple[float, float]:
-    """(1 - beta1^step, sqrt(1 - beta2^step)) computed in float64 on the host (step counts from 1)."""
+    """(1 - beta1^step, sqrt(1 - beta2^step)) computed in float64 on the host (step counts from 1).
+
+    Adam's bias corrections (Kingma & Ba 2015, Algorithm 1), as :func:`adamw_step` uses them. Raises
+    ValueError when ``step < 1``.
+    """
     if step < 1:
         raise ValueError(f"AdamW step count starts at 1, got {step}")
     b1, b2 = betas
@@ -226,7 +252,15 @@ def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas
     ``master *= 1 - lr*wd``; ``m = b1*m + (1-b1)*g``; ``v = b2*v + (1-b2)*g^2`` with ``g = grad*inv_scale``;
     ``master -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)``; ``model = round(master)`` in the same pass.
     ``step`` is the 1-based step count; the bias corrections are computed on the host in float64 and passed as
-    float32. Shapes/dtypes as :func:`sgd_momentum_step` (exp_avg, exp_avg_sq float32).
+    float32. Shapes/dtypes as :func:`sgd_momentum_step` (exp_avg, exp_avg_sq float32). Returns ``master``.
+    Decoupled weight decay of Loshchilov & Hutter 2019 (AdamW, Algorithm 2), scaled by ``lr`` as in torch;
+    float32 master weights as Micikevicius et al. 2018 (Sec. 3.1).
+
+    Raises:
+        TypeError: an array argument (or ``found_inf``) not a CuPy array; master, exp_avg or exp_avg_sq not
+            float32; grad not float32/float16/bfloat16; model not float16/bfloat16/float32.
+        ValueError: an array of another shape than master; a non-empty array that is not C-contiguous;
+            ``step < 1``; ``found_inf`` not int32 or not of one element. All before any launch.
     """
     _check_param_set(master, grad, [("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)], model)
     bc1, bc2s = adamw_bias_corrections(int(step), betas)
@@ -262,6 +296,9 @@ class DynamicLossScaler:
             optimizer_step(grads)                   # update() syncs once and returns True if the step is clean
 
     ``history`` holds one ``(scale_used, overflow)`` tuple per :meth:`update`.
+
+    Raises ValueError (at construction) when ``init_scale`` is not positive and finite, ``growth_factor <= 1``,
+    ``backoff_factor`` is outside (0, 1) or ``growth_interval < 1``.
     """
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,

@@ -101,6 +101,10 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
               schedule="auto", block_sizes=None):
     """Scaled dot-product attention forward, ``softmax(q kᵀ · softmax_scale + mask) v``.
 
+    The default kernel follows FlashAttention-2 (Dao 2023, Algorithm 1) with the online softmax of Milakov &
+    Gimelshein 2018; ``schedule="wgmma"`` follows FlashAttention-3 (Shah et al. 2024); ``"fa1"`` and
+    ``"standard"`` are Algorithms 1 and 0 of FlashAttention (Dao et al. 2022).
+
     Parameters
     ----------
     q : (batch, heads_q, seqlen_q, head_dim) CuPy array, float16 / bfloat16 / float32, any strides (a
@@ -140,10 +144,14 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
 
     Raises
     ------
-    TypeError : non-arrays, unsupported or mixed dtypes, a non-bool ``causal``, non-int ``window_size`` entries.
-    ValueError : wrong ranks, mismatched batch / head_dim, heads_q not a multiple of heads_kv, head_dim > 256,
-        bad window, unknown schedule, block_sizes malformed, not instantiated or not fitting
-        (``ConfigurationError``).
+    TypeError : non-arrays (host arrays included), unsupported or mixed dtypes, a non-bool ``causal``,
+        ``window_size`` not iterable or with non-int entries.
+    ValueError : wrong ranks, k and v of different shapes, mismatched batch / head_dim, heads_q not a multiple
+        of heads_kv, head_dim outside 1..256, q / k / v on different devices, a non-finite ``softmax_scale``,
+        ``window_size`` not a pair or an entry < -1, unknown schedule, ``"wgmma"`` where it does not apply
+        (not cc 9.0, float32 or head_dim > 128), block_sizes malformed (floats included), not instantiated or
+        not fitting the shared memory (``ConfigurationError``, a ValueError); ``"fa1"`` beyond its grid limits
+        (more than 65535 Q tiles, or batch·heads_q too large).
     """
     p = prepare(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
     if schedule not in SCHEDULES:

@@ -217,6 +217,9 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
                        deterministic=False, block_sizes=None):
     """Gradients of ``out = attention(q, k, v)`` with respect to q, k, v, recomputing P from ``lse``.
 
+    The backward of FlashAttention-2 (Dao 2023, Algorithm 2; the recomputation and ``D = rowsum(dO ∘ O)`` of
+    Dao et al. 2022, Algorithm 4 and Appendix B.2).
+
     Parameters
     ----------
     dout : (batch, heads_q, seqlen_q, head_dim), the gradient of ``out``; q's dtype, any strides.
@@ -242,11 +245,14 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
 
     Raises
     ------
-    TypeError : non-arrays; unsupported, mixed or mismatched dtypes (dout / out must have q's dtype; lse a
-        floating dtype).
-    ValueError : everything :func:`cuflash.attention` rejects, and dout / out not of q's shape or lse not of
-        shape (batch, heads_q, seqlen_q), block_sizes not instantiated; ``ConfigurationError`` when shared
-        memory does not fit the device.
+    TypeError : non-arrays (host arrays included); unsupported, mixed or mismatched dtypes (dout / out must have
+        q's dtype; lse a floating dtype); a non-bool ``causal``; ``window_size`` not iterable or with non-int
+        entries.
+    ValueError : the q / k / v, ``softmax_scale`` and ``window_size`` cases of :func:`cuflash.attention`
+        (ranks, shapes, head_dim outside 1..256, heads, devices, non-finite scale, window not a pair or < -1);
+        dout / out not of q's shape or lse not of shape (batch, heads_q, seqlen_q); dout, out or lse on
+        another device than q; block_sizes malformed (also for float32) or not instantiated;
+        ``ConfigurationError`` (a ValueError) when shared memory does not fit the device.
     """
     import cupy
 

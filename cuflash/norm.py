@@ -22,6 +22,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _compile, _dtypes
+from ._attn_common import as_cupy
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]
 
@@ -96,13 +97,9 @@ def _cupy():
 
 
 def _as_device(a, what):
-    cp = _cupy()
-    if isinstance(a, cp.ndarray):
-        return a
-    if isinstance(a, np.ndarray) or not (hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__")):
-        raise TypeError(f"{what} must be a CuPy array (or a device array CuPy takes zero-copy), "
-                        f"got {type(a).__name__}")
-    return cp.asarray(a)
+    """A CuPy view of ``a`` (the one conversion of every wrapper: cuflash._attn_common.as_cupy; a host array
+    raises TypeError rather than being copied)."""
+    return as_cupy(a, what)
 
 
 def _aligned(a, align=16):
@@ -287,6 +284,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
 
     ``y = (h - mean) * rstd * weight + bias`` with ``h = x`` (or ``h = x + residual`` rounded to ``x.dtype``),
     ``mean`` and the biased variance ``var`` over the normalised dims, ``rstd = 1 / sqrt(max(var, 0) + eps)``.
+    LayerNorm of Ba et al. 2016 (as ``torch.nn.functional.layer_norm``); the float32 statistics are Welford
+    1962 running updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque).
 
     Args:
         x: CuPy array ``(..., *normalized_shape)``, float32 / float16 / bfloat16 (any strides; copied to
@@ -303,10 +302,12 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
         ``(y, mean, rstd)``, or ``(y, h, mean, rstd)`` with ``residual``.
 
     Raises:
-        TypeError: non-CuPy input, unsupported dtypes, weight/bias dtype other than float32 or ``x.dtype``.
-        TypeError also for a residual of another dtype than ``x``.
-        ValueError: ``normalized_shape`` not the trailing dims of ``x`` or empty, weight/bias/residual shape
-            mismatch, negative eps. All before any launch.
+        TypeError: ``x``, weight, bias or residual not a CuPy/CUDA array (host arrays included); ``x`` not
+            float32/float16/bfloat16; ``normalized_shape`` neither an int nor iterable (e.g. None); weight/bias
+            dtype other than float32 or ``x.dtype``, or weight and bias of different dtypes; a residual of
+            another dtype than ``x``; an ``eps`` that ``float()`` rejects with TypeError (e.g. None).
+        ValueError: ``normalized_shape`` not the trailing dims of ``x``, empty, with no elements or with 2**31
+            or more; weight/bias/residual shape mismatch; eps negative, NaN or infinite. All before any launch.
     """
     return _forward(LAYER, "layer_norm", x, normalized_shape, weight, bias, eps, residual, return_stats)
 
@@ -315,11 +316,15 @@ def rms_norm(x, normalized_shape, weight=None, eps=None, *, residual=None, retur
     """RMSNorm over the trailing ``normalized_shape`` dims, optionally fused with the residual add.
 
     ``y = h * rstd * weight``, ``rstd = 1 / sqrt(mean(h^2) + eps)`` with ``h^2`` accumulated in float32;
-    ``eps=None`` means ``finfo(x.dtype).eps`` (as ``torch.nn.functional.rms_norm``).
+    ``eps=None`` means ``finfo(x.dtype).eps`` (as ``torch.nn.functional.rms_norm``). RMSNorm of Zhang & Sennrich
+    2019 (no mean subtraction, no bias).
 
     Returns ``y``; with ``residual``: ``(y, h)``; with ``return_stats``: ``(y, rstd)`` or ``(y, h, rstd)``
-    (``rstd`` float32, shape ``x.shape[:-len(normalized_shape)]``). Arguments, dtypes and errors as
-    :func:`layer_norm`.
+    (``rstd`` float32, shape ``x.shape[:-len(normalized_shape)]``). Arguments and dtypes as :func:`layer_norm`
+    (``x`` ``(..., *normalized_shape)`` float32/float16/bfloat16; ``weight`` float32 or ``x.dtype``; no bias).
+
+    Raises:
+        TypeError / ValueError: as :func:`layer_norm` (the weight and residual cases; there is no bias).
     """
     if eps is None:
         x = _as_device(x, "rms_norm: x")
@@ -438,7 +443,8 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
     ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` (means over the normalised dims),
     ``dweight = sum_rows dy * xhat``, ``dbias = sum_rows dy``, reduced in float32: per-block partial column
     sums into a ``[nblocks, hidden]`` workspace, then a second kernel sums the blocks in a fixed order
-    (deterministic, no atomics).
+    (deterministic, no atomics). The gradient of the LayerNorm of Ba et al. 2016 (chain rule through the
+    mean and the biased variance).
 
     Args:
         dy, x: same shape and dtype (float32 / float16 / bfloat16); ``x`` is the normalised input (``h`` when
@@ -448,8 +454,16 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
             dims of ``x``) fixes ``normalized_shape = x.shape[mean.ndim:]``.
 
     Returns:
-        ``dx`` (``x.dtype``), ``dweight`` (weight's dtype, or None), ``dbias`` (weight's dtype; float32 when
-        ``weight`` is None). Raises TypeError / ValueError on bad dtypes / shapes before any launch.
+        ``dx`` (``x.dtype``, shape of ``x``), ``dweight`` (``normalized_shape``, weight's dtype, or None),
+        ``dbias`` (``normalized_shape``, weight's dtype; float32 when ``weight`` is None).
+
+    Raises:
+        TypeError: dy, x, weight, mean or rstd not a CuPy/CUDA array (host arrays, or None for ``mean``);
+            ``x`` not float32/float16/bfloat16; ``dy`` of another dtype than ``x``; mean or rstd not float32;
+            weight dtype other than float32 or ``x.dtype``.
+        ValueError: ``dy`` not of x's shape; rstd not of the leading dims of ``x.shape`` (at least one trailing
+            dim left); mean not of rstd's shape; normalised dims with no elements or 2**31 or more; weight not
+            of shape ``normalized_shape``. All before any launch.
     """
     return _backward(LAYER, "layer_norm_backward", dy, x, weight, mean, rstd)
 
@@ -458,8 +472,12 @@ def rms_norm_backward(dy, x, weight, rstd):
     """Gradients of :func:`rms_norm`: ``(dx, dweight)``.
 
     With ``xhat = x * rstd``, ``g = dy * weight``: ``dx = rstd * (g - xhat * mean(g * xhat))``,
-    ``dweight = sum_rows dy * xhat`` (float32 partials, deterministic second reduction). ``rstd`` float32 of
-    shape ``x.shape[:k]`` fixes the normalised dims; ``dweight`` is None when ``weight`` is None. Errors as
-    :func:`layer_norm_backward`.
+    ``dweight = sum_rows dy * xhat`` (float32 partials, deterministic second reduction): the gradient of the
+    RMSNorm of Zhang & Sennrich 2019. ``dy``, ``x``, ``weight`` as :func:`layer_norm_backward`; ``rstd`` float32
+    of shape ``x.shape[:k]`` fixes the normalised dims ``x.shape[k:]``. Returns ``dx`` (``x.dtype``, shape of
+    ``x``) and ``dweight`` (``normalized_shape``, weight's dtype; None when ``weight`` is None).
+
+    Raises:
+        TypeError / ValueError: as :func:`layer_norm_backward`, without the ``mean`` cases.
     """
     return _backward(RMS, "rms_norm_backward", dy, x, weight, None, rstd)

@@ -50,6 +50,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _compile, _dtypes
+from ._attn_common import as_cupy
 
 SOURCE = "softmax.cu"
 OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LSE, OP_STATE = 0, 1, 2, 3
@@ -129,16 +130,8 @@ _declare()
 # ----------------------------------------------------------------------------------------------------------
 # validation and layout (no device work, no allocation)
 def _as_cupy(x, what="x"):
-    import cupy
-
-    if isinstance(x, cupy.ndarray):
-        return x
-    if hasattr(x, "__cuda_array_interface__") or (hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray)):
-        try:
-            return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
-        except Exception as e:  # pragma: no cover - depends on the producer
-            raise TypeError(f"{what}: could not take {type(x).__name__} zero-copy as a CuPy array: {e}") from None
-    raise TypeError(f"{what} must be a CuPy array (or a CUDA array CuPy takes zero-copy), got {type(x).__name__}")
+    """A CuPy view of ``x`` (the one conversion of every wrapper: cuflash._attn_common.as_cupy)."""
+    return as_cupy(x, what)
 
 
 def _check_dtype(dt, what="x"):
@@ -544,7 +537,8 @@ def softmax(x, axis=None, *, method="online"):
         as scipy: a row of all −inf or with a +inf gives NaN, NaN propagates.
 
     Raises:
-        TypeError: not a CuPy/CUDA array, or an integer, bool or complex dtype.
+        TypeError: not a CuPy/CUDA array, an integer, bool or complex dtype, or an axis that is not None, an
+            int or a tuple of ints.
         ValueError: axis out of range or repeated, an empty reduction, an unknown method. All before any launch.
     """
     return _softmax_impl(x, axis, OP_SOFTMAX, method)
@@ -586,9 +580,39 @@ def _reduce_impl(x, axis, op, method="online", partition=None, return_plan=False
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, method="online"):
     """``scipy.special.logsumexp`` on the GPU: log(sum(b · exp(a))) over ``axis``, without overflow.
 
-    ``b`` (weights, broadcast against ``a``; ``b == 0`` entries are dropped, negative weights need
-    ``return_sign=True`` or give NaN) follows scipy's algorithm step by step in CuPy; without ``b`` the
-    row-reduction kernels compute the online state and ``lse = m + log(l)``.
+    Without ``b`` the row-reduction kernels compute the online-softmax state ``(m, l)`` and return
+    ``lse = m + log(l)`` (Milakov & Gimelshein 2018, Algorithm 3 without its normalising pass). With ``b`` the
+    kernels are not used: scipy's weighted algorithm runs step by step as CuPy array operations (``b == 0``
+    entries are dropped; negative weights need ``return_sign=True`` or give NaN).
+
+    Args:
+        a: CuPy array (or a CUDA array via DLPack), float16, bfloat16, float32 or float64, any shape and strides;
+            a 0-d ``a`` is treated as shape (1,) (scipy's ``atleast_1d``).
+        axis: int, tuple of ints, or None (all axes), as scipy.
+        b: None, a real scalar, or a CuPy array of a real dtype (float, int, uint or bool) that broadcasts
+            against ``a``.
+        keepdims: keep the reduced axes with length 1, as scipy.
+        return_sign: also return the sign of the sum (then negative sums give a finite result, not NaN).
+        method: ``"online"`` (default), ``"safe"`` (separate max pass, then the sum) or ``"naive"`` (no max
+            subtraction: overflows, by design). Only without ``b``: with ``b`` it is validated and then ignored.
+
+    Returns:
+        ``lse``, natural log: ``a``'s shape (the broadcast shape with ``b``) without the reduced axes (length 1
+        with ``keepdims``). Dtype: ``a.dtype`` without ``b`` (bfloat16 stays bfloat16, unlike scipy); with ``b``
+        ``numpy.result_type(a, b)`` (a Python scalar ``b``, or any real scalar with a bfloat16 ``a``, keeps
+        ``a.dtype``; int64 weights promote float16/float32 ``a`` to float64). Accumulation in float32 (float64
+        for a float64 result). With ``return_sign``: ``(lse, sign)``, ``sign`` of the same shape and dtype
+        (+1, −1 for a negative weighted sum, 0 where the sum is 0, NaN for NaN; −1 over an empty axis, as
+        scipy). Edge values as scipy: an empty or all −inf reduction gives −inf, +inf entries +inf, NaN
+        propagates; an empty array with ``axis=None`` gives −inf (scipy raises IndexError for ndim >= 2).
+
+    Raises:
+        TypeError: ``a`` not a CuPy/CUDA array or not float16/bfloat16/float32/float64; ``b`` neither a real
+            scalar nor a CuPy/CUDA array of a real dtype (bool and complex scalars, host arrays); ``a`` and ``b``
+            with no common supported dtype (e.g. bfloat16 with float16); an axis that is not None, an int or a
+            tuple of ints.
+        ValueError: axis out of range or repeated, an unknown method (also with ``b``), ``b`` not broadcasting
+            against ``a``. All before any launch.
     """
     import cupy
 
@@ -685,9 +709,26 @@ def _drop(shape, axes):
 def online_softmax_state(x, axis=-1, *, method="online"):
     """The online-softmax state of x over ``axis``: ``(m, l)`` with m = max(x), l = sum(exp(x − m)).
 
-    Arrays of x's shape without the reduced axes, float32 (float64 for float64 x). An empty or all −inf slice
-    gives (−inf, 0); a slice holding +inf gives (+inf, number of +inf entries), so that
-    ``lse_from_state`` equals ``logsumexp``; NaN gives NaN.
+    The running ``(m, d)`` pair of Milakov & Gimelshein 2018, Algorithm 3 (their ``d`` is ``l`` here), reduced
+    over threads, warps and blocks; states combine with :func:`merge_states` and give the log-sum-exp with
+    :func:`lse_from_state`.
+
+    Args:
+        x: CuPy array (or a CUDA array via DLPack), float16, bfloat16, float32 or float64, any shape and strides;
+            a 0-d ``x`` is treated as shape (1,).
+        axis: int (default −1, the last axis), tuple of ints, or None (all axes).
+        method: ``"online"`` (default), ``"safe"`` (separate max pass, then the sum) or ``"naive"`` (no max
+            subtraction: ``m = 0``, ``l = sum(exp(x))``, which overflows, by design).
+
+    Returns:
+        ``(m, l)``: two CuPy arrays of x's shape without the reduced axes, float32 (float64 for float64 x).
+        An empty or all −inf slice gives (−inf, 0); a slice holding +inf gives (+inf, number of +inf entries),
+        so that ``lse_from_state`` equals ``logsumexp``; NaN gives NaN.
+
+    Raises:
+        TypeError: not a CuPy/CUDA array, an integer, bool or complex dtype, or an axis that is not None, an int
+            or a tuple of ints.
+        ValueError: axis out of range or repeated, an unknown method. All before any launch.
     """
     x = _as_cupy(x)
     _check_dtype(x.dtype)
@@ -699,8 +740,23 @@ def online_softmax_state(x, axis=-1, *, method="online"):
 def merge_states(a, b):
     """Merge two states (or arrays of states, broadcast): m = max(ma, mb), l = la·e^(ma−m) + lb·e^(mb−m).
 
+    The ⊕ operator of Milakov & Gimelshein 2018 (parallel online normalizer calculation), in one kernel.
     Exact about −inf: merging two empty states (−inf, 0) gives (−inf, 0) (no exp(−inf − −inf)), merging an empty
     state into (m, l) returns (m, l) unchanged. NaN propagates.
+
+    Args:
+        a, b: states ``(m, l)`` as :func:`online_softmax_state` returns: pairs of CuPy float32/float64 arrays or
+            real Python/NumPy scalars (taken as float32, float64 for ``numpy.float64``); the four arrays
+            broadcast against each other.
+
+    Returns:
+        ``(m, l)``: two new C-contiguous CuPy arrays of the broadcast shape, float64 if any input is float64,
+        else float32.
+
+    Raises:
+        TypeError: ``a`` or ``b`` not a pair; an entry that is neither a CuPy/CUDA array nor a real scalar (a
+            NumPy array or a bool included); an array not float32/float64.
+        ValueError: shapes that do not broadcast.
     """
     import cupy
 
@@ -736,10 +792,23 @@ def _scalar_or_array(x):
 
 
 def lse_from_state(state):
-    """log-sum-exp of a state ``(m, l)`` (CuPy float32/float64 arrays of one shape, or scalars, as
-    :func:`online_softmax_state` and :func:`merge_states` return): ``m + log(l)``, −inf for the empty state,
-    +inf when m = +inf, NaN for NaN (Milakov & Gimelshein 2018). Raises TypeError for anything but a pair of
-    float32/float64 arrays, ValueError when their shapes differ."""
+    """log-sum-exp (natural log) of a state ``(m, l)``: ``m + log(l)``, for the running max and sum of
+    Milakov & Gimelshein 2018, Algorithm 3.
+
+    Args:
+        state: a pair ``(m, l)`` as :func:`online_softmax_state` and :func:`merge_states` return: CuPy
+            float32/float64 arrays of one shape, or real Python/NumPy scalars (taken as float32, float64 for
+            ``numpy.float64``).
+
+    Returns:
+        CuPy array of that shape, float64 if either input is float64, else float32: −inf for the empty state
+        (−inf, 0), +inf when m = +inf, NaN for NaN.
+
+    Raises:
+        TypeError: not a pair; an entry that is neither a CuPy/CUDA array nor a real scalar (a NumPy array or a
+            bool included); an array not float32/float64.
+        ValueError: ``m`` and ``l`` of different shapes (no broadcasting).
+    """
     import cupy
 
     try:

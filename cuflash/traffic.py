@@ -158,6 +158,8 @@ def _key_range(q_start, q_end, seqlen_q, seqlen_k, window):
 
 def _window(causal, window):
     left, right = (-1, -1) if window is None else (int(window[0]), int(window[1]))
+    if left < -1 or right < -1:
+        raise ValueError(f"window entries must be >= -1 (-1 = unbounded), got {window!r}")
     if causal:
         right = 0 if right < 0 else min(right, 0)
     return left, right
@@ -228,12 +230,16 @@ def attention_bytes(schedule: str, batch: int, heads: int, seqlen_q: int, seqlen
     Masks (``causal`` and ``window=(left, right)``, bottom-right aligned as in FlashAttention >= 2.1) skip the
     tiles that no query of the tile can see (fa1, fa2). ``heads_kv`` (GQA) only changes the standard
     schedule's K/V reads (once per KV head); the tiled schedules read K/V per query head.
-    Returns int bytes for the whole batch.
+    Returns int bytes for the whole batch. Raises ValueError for an unknown schedule, a negative size, tile
+    sizes < 1 (or missing for fa1/fa2), window entries < -1.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     B, H, Sq, Sk, d = int(batch), int(heads), int(seqlen_q), int(seqlen_k), int(head_dim)
     Hkv = H if heads_kv is None else int(heads_kv)
+    if min(B, H, Sq, Sk, d, Hkv) < 0:
+        raise ValueError(f"sizes must be >= 0, got batch {B}, heads {H}, heads_kv {Hkv}, seqlen_q {Sq}, "
+                         f"seqlen_k {Sk}, head_dim {d}")
     s = itemsize(dtype)
     w = _window(causal, window)
     masked = w != (-1, -1)
@@ -251,6 +257,8 @@ def attention_bytes(schedule: str, batch: int, heads: int, seqlen_q: int, seqlen
     if Br is None or Bc is None:
         raise ValueError(f"schedule {schedule!r} needs the tile sizes Br and Bc")
     Br, Bc = int(Br), int(Bc)
+    if Br < 1 or Bc < 1:
+        raise ValueError(f"tile sizes must be >= 1, got Br={Br}, Bc={Bc}")
     Tr = max(math.ceil(Sq / Br), 0)
     i0 = np.arange(Tr, dtype=np.int64) * Br
     i1 = np.minimum(i0 + Br, Sq)

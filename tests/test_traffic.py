@@ -285,3 +285,17 @@ def test_optimizer_step_flops():
     assert traffic.optimizer_step_flops(10, "sgd", momentum=0.0, nesterov=True) == 50
     with pytest.raises(ValueError):
         traffic.optimizer_step_flops(10, "lamb")
+
+
+def test_attention_bytes_refuses_impossible_inputs():
+    """Negative sizes, zero tiles and windows below -1 raise ValueError (they returned negative byte counts or
+    divided by zero)."""
+    for bad in (dict(seqlen_q=-5), dict(batch=-1), dict(head_dim=-64), dict(heads_kv=-2)):
+        args = dict(batch=1, heads=1, seqlen_q=128, seqlen_k=64, head_dim=64) | bad
+        with pytest.raises(ValueError, match=">= 0"):
+            traffic.attention_bytes("fa2", Br=64, Bc=64, **args)
+    with pytest.raises(ValueError, match="tile sizes"):
+        traffic.attention_bytes("fa2", 1, 1, 128, 128, 64, 0, 64)
+    with pytest.raises(ValueError, match=">= -1"):
+        traffic.attention_bytes("fa1", 1, 1, 128, 128, 64, 64, 64, window=(-2, 0))
+    assert traffic.attention_bytes("fa2", 1, 1, 0, 128, 64, 64, 64) == 0
