@@ -764,10 +764,7 @@ def merge_states(a, b):
         (ma, la), (mb, lb) = a, b
     except (TypeError, ValueError):
         raise TypeError("merge_states takes two states, each a pair (m, l)") from None
-    arrs = [x if isinstance(x, cupy.ndarray) else _scalar_or_array(x) for x in (ma, la, mb, lb)]
-    for x in arrs:
-        if x.dtype not in (_dtypes.float32, _dtypes.float64):
-            raise TypeError(f"state arrays must be float32 or float64, got {x.dtype}")
+    arrs = _state_arrays(ma, la, mb, lb)
     acc = np.result_type(*[x.dtype for x in arrs])
     try:
         arrs = cupy.broadcast_arrays(*arrs)
@@ -781,6 +778,17 @@ def merge_states(a, b):
         k = _compile.get_kernel(SOURCE, f"cuflash::softmax_merge_states<{_dtypes.CTYPE[np.dtype(acc)]}>")
         k((min(-(-count // 256), 65535),), (256,), (ma, la, mb, lb, m, l, _i64(count)))
     return m, l
+
+
+def _state_arrays(*xs):
+    """The arrays of one or two states as CuPy arrays (real scalars allowed); TypeError unless float32/float64."""
+    import cupy
+
+    arrs = [x if isinstance(x, cupy.ndarray) else _scalar_or_array(x) for x in xs]
+    for x in arrs:
+        if x.dtype not in (_dtypes.float32, _dtypes.float64):
+            raise TypeError(f"state arrays must be float32 or float64, got {x.dtype}")
+    return arrs
 
 
 def _scalar_or_array(x):
@@ -815,10 +823,7 @@ def lse_from_state(state):
         m, l = state
     except (TypeError, ValueError):
         raise TypeError("lse_from_state takes a state, a pair (m, l)") from None
-    m, l = (x if isinstance(x, cupy.ndarray) else _scalar_or_array(x) for x in (m, l))
-    for x in (m, l):
-        if x.dtype not in (_dtypes.float32, _dtypes.float64):
-            raise TypeError(f"state arrays must be float32 or float64, got {x.dtype}")
+    m, l = _state_arrays(m, l)
     if m.shape != l.shape:
         raise ValueError(f"state arrays must have one shape, got m {m.shape} and l {l.shape}")
     return m + cupy.log(l)
