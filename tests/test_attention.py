@@ -422,7 +422,8 @@ def test_bad_inputs_raise(cp):
     qq = cp.asarray(cp.random.standard_normal((1, 2, 40, 64)), dtype=F16)
     ref = attention(qq, qq, qq, window_size=(-1, 0))
     assert bool(cp.all(attention(qq, qq, qq, window_size=(2**31, 0)) == ref))
-    assert bool(cp.all(attention(qq, qq, qq, window_size=(2**40, 2**31 - 1), causal=True) == ref))
+    ref_c = attention(qq, qq, qq, causal=True)  # (causal may pick other tiles: compare like with like)
+    assert bool(cp.all(attention(qq, qq, qq, window_size=(2**40, 2**31 - 1), causal=True) == ref_c))
 
 
 @gpu
