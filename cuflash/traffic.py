@@ -35,6 +35,7 @@ import math
 import numpy as np
 
 from . import _dtypes
+from ._attn_common import normalize_window
 
 SOFTMAX_METHODS = ("naive", "safe", "online", "cached", "split")
 # names other modules may use for the same schedules
@@ -156,18 +157,14 @@ def _key_range(q_start, q_end, seqlen_q, seqlen_k, window):
     return lo, max(hi, lo)
 
 
-def _window(causal, window):
-    left, right = (-1, -1) if window is None else (int(window[0]), int(window[1]))
-    if left < -1 or right < -1:
-        raise ValueError(f"window entries must be >= -1 (-1 = unbounded), got {window!r}")
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    return left, right
+def _window(causal, window, seqlen_q, seqlen_k):
+    """(left, right) as the kernels see it: the one rule of cuflash._attn_common.normalize_window."""
+    return normalize_window(causal, (-1, -1) if window is None else window, seqlen_q, seqlen_k)
 
 
 def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=None) -> int:
     """Number of (query, key) pairs the mask allows (bottom-right aligned): the exact score count."""
-    w = _window(causal, window)
+    w = _window(causal, window, seqlen_q, seqlen_k)
     i = np.arange(seqlen_q, dtype=np.int64)
     lo, hi = _key_range_vec(i, i + 1, seqlen_q, seqlen_k, w)
     return int(np.maximum(hi - lo, 0).sum())
@@ -241,7 +238,7 @@ def attention_bytes(schedule: str, batch: int, heads: int, seqlen_q: int, seqlen
         raise ValueError(f"sizes must be >= 0, got batch {B}, heads {H}, heads_kv {Hkv}, seqlen_q {Sq}, "
                          f"seqlen_k {Sk}, head_dim {d}")
     s = itemsize(dtype)
-    w = _window(causal, window)
+    w = _window(causal, window, Sq, Sk)
     masked = w != (-1, -1)
     if schedule == "standard":
         ss = itemsize(score_dtype if score_dtype is not None else dtype)
@@ -399,7 +396,7 @@ def attention_backward_bytes(batch: int, heads: int, seqlen_q: int, seqlen_k: in
     Hkv = H if heads_kv is None else int(heads_kv)
     Br, Bc = int(Br), int(Bc)
     s = itemsize(dtype)
-    w = _window(causal, window)
+    w = _window(causal, window, Sq, Sk)
     atomic = not deterministic
     per_q = 2 * Sq * d * s + 4 * Sq + 8 * Sq                 # preprocess: O, dO, lse in; D, lse_safe out
     if atomic:

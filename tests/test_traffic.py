@@ -219,7 +219,7 @@ def _brute_rows_per_k_tile(Sq, Sk, Br, Bc, causal, window):
                                                  (190, 250, False, (-1, 30)), (250, 190, True, (64, -1))])
 def test_attention_backward_mask_ranges(Sq, Sk, causal, window):
     Br, Bc = 64, 32
-    got = traffic._visible_q_rows_per_k_tile(Sq, Sk, Br, Bc, traffic._window(causal, window))
+    got = traffic._visible_q_rows_per_k_tile(Sq, Sk, Br, Bc, traffic._window(causal, window, Sq, Sk))
     want = _brute_rows_per_k_tile(Sq, Sk, Br, Bc, causal, window)
     assert got.tolist() == want.tolist()
 
