@@ -11,9 +11,12 @@
 // the G threads of a row owns body vectors v = k * G + t (chunk k); chunks k < NV stay in registers, the next
 // `smem_chunks` in dynamic shared memory, any further ones are re-read from global memory (the two-pass
 // fallback for huge rows; L2 usually serves them). Thread t < head / t < tail also owns one head / tail scalar.
+// When hidden % VEC == 0 every row starts aligned (head == 0), so a thread owns the same columns in every row it
+// handles: for its first NH chunks the weight/bias vectors (backward: also the dw/db partial sums) are kept in
+// registers across rows instead of being loaded (read-modified-written) again per row.
 //
-// Kernels (templates over T in {float, __half, __nv_bfloat16}, W (weight/bias type) in {float, T}, KIND, and for
-// the forward RES, the fused residual add):
+// Kernels (templates over T in {float, __half, __nv_bfloat16}, W (weight/bias type) in {float, T}, KIND, NH, and
+// for the forward RES, the fused residual add):
 //   norm_fwd     statistics (Welford/Chan for LayerNorm, float32 sum of squares for RMSNorm) + normalise
 //   norm_bwd     dx per row from two row sums; dweight/dbias partial column sums per block (in shared memory
 //                when they fit, else in the block's own workspace row), written to a [nblocks, hidden] float32
@@ -42,23 +45,28 @@ template <int VEC> __device__ __forceinline__ RowSplit row_split(i64 off, int hi
 
 // A copy of a 16-byte vector the compiler cannot see through: converting it to float in pass 1 then does not let
 // the compiler keep those floats alive until pass 2 (twice the registers of the packed 16-bit row).
+// The same holds for weights kept in registers across rows: converted per use, not hoisted out of the row loop.
 template <typename V> __device__ __forceinline__ V opaque(const V& a) {
-  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  static_assert(sizeof(V) % 16 == 0, "16- or 32-byte vectors only");
   V r;
   const unsigned* s = reinterpret_cast<const unsigned*>(&a);
   unsigned* d = reinterpret_cast<unsigned*>(&r);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) asm volatile("mov.b32 %0, %1;" : "=r"(d[i]) : "r"(s[i]));
+  for (int i = 0; i < (int)(sizeof(V) / 4); ++i) asm volatile("mov.b32 %0, %1;" : "=r"(d[i]) : "r"(s[i]));
   return r;
+}
+
+// A packed vector of weights as floats.
+template <typename W, int VEC> __device__ __forceinline__ void unpack(const Vec<W, VEC>& p, float (&out)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = to_float(p.v[i]);
 }
 
 // VEC weights starting at column `col`: one aligned vector access when `vec`, else scalar loads.
 template <typename W, int VEC>
 __device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bool vec, float (&out)[VEC]) {
   if (vec) {
-    const Vec<W, VEC> t = Vec<W, VEC>::load(p + col);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = to_float(t.v[i]);
+    unpack<W, VEC>(Vec<W, VEC>::load(p + col), out);
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) out[i] = to_float(p[col + i]);
@@ -68,13 +76,15 @@ __device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bo
 // ---------------------------------------------------------------------------------------------------------------
 // Forward. WARP: a warp per row, blockDim.x / 32 rows per block (<= 256 threads), the row in registers,
 // reduced with shuffles only (no block barrier, no shared memory). Otherwise a block of G = blockDim.x threads
-// per row. Grid-stride over rows (any row count).
-template <typename T, typename W, int KIND, int NV, bool RES, bool WARP>
-__global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? (RES ? 2 : 3) : (RES ? 1 : 2)) norm_fwd(
+// per row. Grid-stride over rows (any row count). MINB: the blocks per SM the launch bounds promise (registers
+// per thread <= 65536 / (MINB * blockDim)), which decides how many chunks' weights (NH) fit in registers.
+template <typename T, typename W, int KIND, int NV, int NH, int MINB, bool RES, bool WARP>
+__global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
     const i64 rows, const int hidden, const float eps, const int nchunks, const int smem_chunks) {
   constexpr int VEC = Vec16<T>::N;
+  static_assert(NH >= 0 && NH <= NV, "held chunks are register chunks");
   typedef Vec<T, VEC> V;
   extern __shared__ __align__(16) unsigned char dsmem[];
   V* cache = reinterpret_cast<V*>(dsmem);  // [smem_chunks][G] vectors, each thread only touches its own slots
@@ -84,6 +94,26 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? (RES ? 2 : 3) : (RES 
   const int t = WARP ? threadIdx.x & 31 : threadIdx.x, ROWS = WARP ? blockDim.x >> 5 : 1;
   const int grp = WARP ? threadIdx.x >> 5 : 0;
   constexpr bool has_res = RES;  // a template flag: the residual path's registers do not burden the plain one
+  if (KIND == RMS) b = nullptr;  // RMSNorm has no bias (rms_norm passes none): no registers held for it
+
+  // ---- the weights and bias of this thread's first NH register chunks, loaded once for all its rows. When
+  // every row starts 16-byte aligned (hidden % VEC == 0: head == 0) thread t owns the same columns in every row,
+  // so loading them again per row (from L1/L2) only adds load instructions — two per data vector with a bias —
+  // to a kernel whose load/store pipe, not DRAM, was the limit. Held packed in W, converted per use. NH is as
+  // many chunks as fit the registers left under the launch bounds (cuflash/norm.py: _HELD_FWD).
+  typedef Vec<W, VEC> P;
+  const bool held = NH > 0 && hidden % VEC == 0;
+  P wreg[NH > 0 ? NH : 1], breg[NH > 0 ? NH : 1];
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < NH; ++k) {
+      const int v = k * G + t;
+      if (v < hidden / VEC) {
+        if (w) wreg[k] = P::load(w + v * VEC);
+        if (b) breg[k] = P::load(b + v * VEC);
+      }
+    }
+  }
 
   for (i64 row = (i64)blockIdx.x * ROWS + grp; row < rows; row += (i64)gridDim.x * ROWS) {
     const i64 off = row * (i64)hidden;
@@ -221,11 +251,16 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? (RES ? 2 : 3) : (RES 
 
     // ---- pass 2: y = (h - mu) * rstd * w + b
     const bool pvec = rs.head == 0;  // params are vector-aligned only when the body starts at column 0
-    auto emit_vec = [&](const V& a, int v) {
-      const int col = rs.head + v * VEC;
+    auto emit_vec = [&](const V& a, int k, int v) {  // body vector v of chunk k
       float wv[VEC], bv[VEC];
-      if (w) load_params<W, VEC>(w, col, pvec, wv);
-      if (b) load_params<W, VEC>(b, col, pvec, bv);
+      if (held && k < NH) {
+        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
+        if (b) unpack<W, VEC>(opaque(breg[k]), bv);
+      } else {
+        const int col = rs.head + v * VEC;
+        if (w) load_params<W, VEC>(w, col, pvec, wv);
+        if (b) load_params<W, VEC>(b, col, pvec, bv);
+      }
       V o;
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
@@ -244,7 +279,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? (RES ? 2 : 3) : (RES 
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int v = k * G + t;
-      if (v < rs.body) emit_vec(reg[k], v);
+      if (v < rs.body) emit_vec(reg[k], k, v);
       asm volatile("" ::: "memory");  // keep the (L1-resident) weight loads of chunk k + 1 from piling up early
     }
 #pragma unroll 1  // shared-memory reads: unrolling only costs registers (spills for float + residual)
@@ -254,7 +289,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? (RES ? 2 : 3) : (RES 
         V a;
         if (k - NV < smem_chunks) a = cache[(k - NV) * G + t];
         else a = has_res ? V::load(hr + v * VEC) : V::load(xr + v * VEC);  // this thread wrote hr itself
-        emit_vec(a, v);
+        emit_vec(a, NV, v);  // chunks beyond the registers: weights loaded per row
       }
     }
     if (do_head) emit_one(h_head, col_head);
@@ -274,9 +309,13 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? (RES ? 2 : 3) : (RES 
 //   slots it filled itself, so cp.async.wait_group alone orders them (no barrier). Slot layout
 //   [stage][k][thread] keeps a warp's 16-byte accesses on distinct banks. With RES the stage also holds the
 //   residual's vectors (k = nvr .. 2 nvr - 1); h = x + residual overwrites the x slot.
-//   Rows go to groups grid-stride (persistent grid: gridDim.x = resident blocks).
-template <typename T, typename W, int KIND, bool RES, bool WARP>
-__global__ void __launch_bounds__(WARP ? 256 : 512) norm_fwd_stream(
+//   Rows go to groups grid-stride (persistent grid: gridDim.x = resident blocks), so a thread's columns are the
+//   same in every row: the weights and bias of its first NH chunks are loaded once and held in registers,
+//   later chunks load theirs per row. Shared memory, not registers, bounds this kernel's occupancy (one 512-thread
+//   block, or two 256-thread warp-path blocks of <= 100 KiB, per SM), hence the explicit minimum blocks: without
+//   it ptxas held some instantiations to 64 registers and spilled.
+template <typename T, typename W, int KIND, int NH, bool RES, bool WARP>
+__global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_stream(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
     const i64 rows, const int hidden, const float eps, const int nvr) {
@@ -297,6 +336,18 @@ __global__ void __launch_bounds__(WARP ? 256 : 512) norm_fwd_stream(
   };
   const i64 step = (i64)gridDim.x * ROWS;
   const i64 first = (i64)blockIdx.x * ROWS + grp;
+  if (KIND == RMS) b = nullptr;  // RMSNorm has no bias (rms_norm passes none)
+
+  typedef Vec<W, VEC> P;  // the weights and bias of chunks k < NH, packed in W, for every row
+  P wreg[NH > 0 ? NH : 1], breg[NH > 0 ? NH : 1];
+#pragma unroll
+  for (int k = 0; k < NH; ++k) {
+    const int v = k * G + t;
+    if (k < nvr && v < body) {
+      if (w) wreg[k] = P::load(w + v * VEC);
+      if (b) breg[k] = P::load(b + v * VEC);
+    }
+  }
 
   auto issue = [&](i64 row, int st) {  // this thread's vectors of `row` (and of its residual) into stage st
     if (row >= rows) return;
@@ -367,22 +418,33 @@ __global__ void __launch_bounds__(WARP ? 256 : 512) norm_fwd_stream(
     }
 
     // ---- y = (h - mean) * rstd * w + b, from the staged row
+    auto emit = [&](int k, const float (&wv)[VEC], const float (&bv)[VEC]) {
+      const V a = V::load(slot(st, k));
+      V o;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float r = (to_float(a.v[i]) - mu) * rstd;
+        o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+      }
+      o.store(y + off + (k * G + t) * VEC);
+    };
+#pragma unroll
+    for (int k = 0; k < NH; ++k) {  // weights held in registers
+      if (k < nvr && k * G + t < body) {
+        float wv[VEC], bv[VEC];
+        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
+        if (b) unpack<W, VEC>(opaque(breg[k]), bv);
+        emit(k, wv, bv);
+      }
+    }
 #pragma unroll 4
-    for (int k = 0; k < nvr; ++k) {
+    for (int k = NH; k < nvr; ++k) {  // weights loaded per row
       const int v = k * G + t;
       if (v < body) {
-        const V a = V::load(slot(st, k));
-        const int col = v * VEC;
         float wv[VEC], bv[VEC];
-        if (w) load_params<W, VEC>(w, col, true, wv);
-        if (b) load_params<W, VEC>(b, col, true, bv);
-        V o;
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float r = (to_float(a.v[i]) - mu) * rstd;
-          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
-        }
-        o.store(y + off + col);
+        if (w) load_params<W, VEC>(w, v * VEC, true, wv);
+        if (b) load_params<W, VEC>(b, v * VEC, true, bv);
+        emit(k, wv, bv);
       }
     }
     st = (st + 1) % STAGES;
@@ -399,18 +461,37 @@ __global__ void __launch_bounds__(WARP ? 256 : 512) norm_fwd_stream(
 // row); rows go to groups in a fixed order. Every group accumulates its dw/db column partials in its own region
 // (shared memory, or when `acc_global` its block's workspace row, ROWS == 1); at the end the block sums its
 // groups in order and writes its partial row ws[blockIdx.x, :]. reduce_parts then sums over blocks.
-template <typename T, typename W, int KIND, int NV>
+// When every row starts aligned (hidden % VEC == 0) a thread owns the same columns in every row: for its first
+// NH chunks the weights are loaded once and the dw/db partial sums stay in registers across the group's rows,
+// written to the group's region once at the end (same float additions in the same order as the region would
+// see) instead of a read-modify-write of shared memory per vector and row.
+template <typename T, typename W, int KIND, int NV, int NH>
 __global__ void __launch_bounds__(512) norm_bwd(
     const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
     const i64 rows, const int hidden, const int nchunks, const int G, const int dw_global, const int db_global) {
   constexpr int VEC = Vec16<T>::N;
+  static_assert(NH >= 0 && NH <= NV, "held chunks are register chunks");
   typedef Vec<T, VEC> V;
   extern __shared__ __align__(16) unsigned char dsmem[];
   __shared__ Sum2 red[32];
   const int ROWS = blockDim.x / G;
   const int t = threadIdx.x % G, grp = threadIdx.x / G;
   const bool acc_vec = hidden % VEC == 0;  // then every row starts aligned and each thread keeps its columns
+  if (KIND == RMS) ws_db = nullptr;  // RMSNorm has no bias to differentiate (the wrapper passes none)
+  const bool held = NH > 0 && acc_vec;
+  typedef Vec<W, VEC> P;
+  P wreg[NH > 0 ? NH : 1];
+  float rdw[NH > 0 ? NH : 1][VEC], rdb[NH > 0 ? NH : 1][VEC];  // this thread's dw / db partial sums
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < NH; ++k) {
+      const int v = k * G + t;
+      if (w && v < hidden / VEC) wreg[k] = P::load(w + v * VEC);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) rdw[k][i] = rdb[k][i] = 0.f;
+    }
+  }
   // accumulator regions: shared memory [ROWS][hidden] per accumulated quantity, or the workspace row
   float* sm = reinterpret_cast<float*>(dsmem);
   float* adw = nullptr;
@@ -462,13 +543,20 @@ __global__ void __launch_bounds__(512) norm_bwd(
       if (v < rs.body) { xreg[k] = V::load(xr + v * VEC); dreg[k] = V::load(dyr + v * VEC); }
     }
 
+    // the weights of chunk k (body vector v) as floats: held in registers, or loaded
+    auto weights = [&](int k, int v, float (&wv)[VEC]) {
+      if (!w) return;
+      if (held && k < NH) unpack<W, VEC>(opaque(wreg[k]), wv);
+      else load_params<W, VEC>(w, rs.head + v * VEC, pvec, wv);
+    };
+
     // ---- pass 1: row sums of g and g * xhat; column partials of dy * xhat and dy
     float s1 = 0.f, s2 = 0.f;
-    auto pass1_vec = [&](const V& xa0, const V& da0, int v) {
+    auto pass1_vec = [&](const V& xa0, const V& da0, int k, int v) {
       const V xa = opaque(xa0), da = opaque(da0);  // recompute in pass 2 from the packed row, not keep floats
       const int col = rs.head + v * VEC;
       float wv[VEC], pdw[VEC], pdb[VEC];
-      if (w) load_params<W, VEC>(w, col, pvec, wv);
+      weights(k, v, wv);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         const float xh = (to_float(xa.v[i]) - mu) * r;
@@ -476,11 +564,18 @@ __global__ void __launch_bounds__(512) norm_bwd(
         const float g = w ? d * wv[i] : d;
         s1 += g;
         s2 = fmaf(g, xh, s2);
-        pdw[i] = d * xh;
+        // a rounded product, never fused into the accumulation (whether the compiler would contract it differs
+        // by type): the same sums whether a chunk's partials live in registers or in the accumulator region
+        pdw[i] = __fmul_rn(d, xh);
         pdb[i] = d;
       }
-      if (adw) acc_add(adw, col, pdw);
-      if (adb) acc_add(adb, col, pdb);
+      if (held && k < NH) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) { rdw[k][i] += pdw[i]; rdb[k][i] += pdb[i]; }
+      } else {
+        if (adw) acc_add(adw, col, pdw);
+        if (adb) acc_add(adb, col, pdb);
+      }
     };
     auto pass1_one = [&](int col) {
       const float xh = (to_float(x[off + col]) - mu) * r;
@@ -488,19 +583,19 @@ __global__ void __launch_bounds__(512) norm_bwd(
       const float g = w ? d * to_float(w[col]) : d;
       s1 += g;
       s2 = fmaf(g, xh, s2);
-      if (adw) adw[col] += d * xh;
+      if (adw) adw[col] += __fmul_rn(d, xh);  // as pass1_vec: the product rounded, then added
       if (adb) adb[col] += d;
     };
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int v = k * G + t;
-      if (v < rs.body) pass1_vec(xreg[k], dreg[k], v);
+      if (v < rs.body) pass1_vec(xreg[k], dreg[k], k, v);
       asm volatile("" ::: "memory");  // one chunk's weights and accumulators at a time (registers)
     }
 #pragma unroll 4
     for (int k = NV; k < nchunks; ++k) {
       const int v = k * G + t;
-      if (v < rs.body) pass1_vec(V::load(xr + v * VEC), V::load(dyr + v * VEC), v);
+      if (v < rs.body) pass1_vec(V::load(xr + v * VEC), V::load(dyr + v * VEC), NV, v);
     }
     const bool do_head = t < rs.head, do_tail = t < rs.tail;
     const int col_head = t, col_tail = rs.head + rs.body * VEC + t;
@@ -514,10 +609,9 @@ __global__ void __launch_bounds__(512) norm_bwd(
     const float c2 = s.b / (float)hidden;
 
     // ---- pass 2: dx
-    auto pass2_vec = [&](const V& xa, const V& da, int v) {
-      const int col = rs.head + v * VEC;
+    auto pass2_vec = [&](const V& xa, const V& da, int k, int v) {
       float wv[VEC];
-      if (w) load_params<W, VEC>(w, col, pvec, wv);
+      weights(k, v, wv);
       V o;
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
@@ -537,13 +631,13 @@ __global__ void __launch_bounds__(512) norm_bwd(
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int v = k * G + t;
-      if (v < rs.body) pass2_vec(xreg[k], dreg[k], v);
+      if (v < rs.body) pass2_vec(xreg[k], dreg[k], k, v);
       asm volatile("" ::: "memory");
     }
 #pragma unroll 4
     for (int k = NV; k < nchunks; ++k) {
       const int v = k * G + t;
-      if (v < rs.body) pass2_vec(V::load(xr + v * VEC), V::load(dyr + v * VEC), v);
+      if (v < rs.body) pass2_vec(V::load(xr + v * VEC), V::load(dyr + v * VEC), NV, v);
     }
     if (do_head) pass2_one(col_head);
     if (do_tail) pass2_one(col_tail);
@@ -551,6 +645,22 @@ __global__ void __launch_bounds__(512) norm_bwd(
     if (!acc_vec) {
       if (G == 32) __syncwarp();
       else __syncthreads();
+    }
+  }
+
+  // the register-held partial sums into this group's region (their columns were left at zero until now)
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < NH; ++k) {
+      const int v = k * G + t;
+      if (v < hidden / VEC) {
+#pragma unroll
+        for (int j = 0; j < VEC; j += 4) {
+          const float *pw = rdw[k] + j, *pb = rdb[k] + j;
+          if (adw) *reinterpret_cast<float4*>(adw + v * VEC + j) = make_float4(pw[0], pw[1], pw[2], pw[3]);
+          if (adb) *reinterpret_cast<float4*>(adb + v * VEC + j) = make_float4(pb[0], pb[1], pb[2], pb[3]);
+        }
+      }
     }
   }
 

@@ -2,10 +2,11 @@
 
 Normalisation is memory-bound, so each kernel makes one pass over HBM per row: the row (``h = x`` or
 ``h = x + residual``) is loaded once, kept on chip (registers, then shared memory; re-read from L2 only for
-rows beyond ~100K elements), reduced to its statistics and written once. The statistics are float32 whatever
-the input dtype: LayerNorm uses Welford's running (count, mean, M2) merged across lanes, warps and blocks with
-Chan, Golub & LeVeque's pairwise formula (never E[x^2] - E[x]^2), RMSNorm accumulates x^2 in float32 (float16
-x^2 overflows above |x| ~ 256).
+rows beyond ~100K elements), reduced to its statistics and written once; the weights (backward: also the
+dweight/dbias partial sums) stay in registers across the rows a thread handles, as far as registers allow
+(``HOLD``). The statistics are float32 whatever the input dtype: LayerNorm uses Welford's running (count,
+mean, M2) merged across lanes, warps and blocks with Chan, Golub & LeVeque's pairwise formula (never
+E[x^2] - E[x]^2), RMSNorm accumulates x^2 in float32 (float16 x^2 overflows above |x| ~ 256).
 
 - LayerNorm: Ba, Kiros & Hinton, "Layer Normalization" (2016): ``y = (h - mean) / sqrt(var + eps) * w + b``
   with the biased variance, as ``torch.nn.functional.layer_norm``.
@@ -40,6 +41,12 @@ STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
+HOLD = True     # rows of whole 16-byte vectors: a thread's columns are the same in every row, so its weight/bias
+                # vectors (and the backward's dw/db partial sums) stay in registers across rows for its first
+                # NH chunks (_HELD_*) instead of being re-loaded per row, at the occupancy of before. Study
+                # settings (compiled on first use): False, NH = 0 (loaded per row, as before); "all"
+                # (norm_fwd only), every register chunk held, launch bounds relaxed to 128 registers (fewer
+                # blocks per SM)
 _TYPES = (_dtypes.float32, _dtypes.float16, _dtypes.bfloat16)
 _NULL = np.uint64(0)  # a null pointer argument
 
@@ -54,19 +61,65 @@ def _nv_warp(dt):
     return min(NV_WARP_BYTES, 32 * np.dtype(dt).itemsize) // 16
 
 
+# NH of norm_fwd: how many of a thread's NV register chunks also hold their weight (and bias) vectors in
+# registers across rows. The most that ptxas (CUDA 13.0, sm_80 and sm_90) fits without spilling under the
+# kernel's __launch_bounds__, which are those the kernel had before NH (so its occupancy is unchanged):
+# LayerNorm's two arrays leave room for few chunks, RMSNorm's one for all (float32 warp path: 4 of its 8).
+# Keyed by (kind, residual, warp path); values for float32, 16-bit with 16-bit weights, 16-bit with float32
+# weights. tests/test_compile.py checks that none spills.
+_HELD_FWD = {
+    (LAYER, False, False): (2, 1, 0), (LAYER, False, True): (1, 1, 1),
+    (LAYER, True, False): (4, 4, 2), (LAYER, True, True): (2, 3, 1),
+    (RMS, False, False): (4, 4, 3), (RMS, False, True): (4, 4, 3),
+    (RMS, True, False): (4, 4, 4), (RMS, True, True): (4, 4, 4),
+}
+# NH of norm_bwd (weights and dw/db partial sums held), the same way under its 128-register bound: a thread
+# already holds its chunks of x and dy, and a 16-bit LayerNorm chunk's two partial sums take 16 registers.
+_HELD_BWD = {LAYER: (3, 1, 1), RMS: (4, 2, 2)}
+
+
+def _held(table, dt, wdt):
+    """The entry of a _HELD_* row for input dtype ``dt`` and weight dtype ``wdt`` (0 when HOLD is off)."""
+    if not HOLD:
+        return 0
+    return table[0 if dt == _dtypes.float32 else 1 if wdt == dt else 2]
+
+
+def _stream_held(dt, wdt, kind, warp=False):
+    """NH of norm_fwd_stream: its occupancy is bound by shared memory (one 512-thread block per SM, two
+    256-thread blocks on the warp path), so it holds up to 8 chunks (its block-path rows have >= 8 per thread)
+    within a budget of 64 registers (32 on the warp path, whose launch bounds promise two blocks): a chunk of
+    weight (and bias) vectors takes 4 registers per array, 8 for float32 weights with 16-bit inputs."""
+    if not HOLD:
+        return 0
+    regs = (2 if kind == LAYER else 1) * 16 // np.dtype(dt).itemsize * np.dtype(wdt).itemsize // 4
+    return min(8, (32 if warp else 64) // regs)
+
+
 def _fwd_name(dt, wdt, kind, res=False, warp=False):
     b = lambda v: "true" if v else "false"  # noqa: E731
     nv = _nv_warp(dt) if warp else NV
-    return f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nv}, {b(res)}, {b(warp)}>"
+    # blocks per SM promised by the launch bounds (as before NH): on the block path two 512-thread blocks at
+    # <= 64 registers (one block's load phase overlaps another's reduction and stores), on the warp path three
+    # 256-thread blocks at <= 80; with the residual (a second row in registers) one / two blocks at <= 128
+    minb = (2 if res else 3) if warp else (1 if res else 2)
+    nh = _held(_HELD_FWD[(kind, bool(res), bool(warp))], dt, wdt)
+    if HOLD == "all":
+        nh, minb = nv, (2 if warp else 1)
+    return (f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nv}, {nh}, {minb}, "
+            f"{b(res)}, {b(warp)}>")
 
 
 def _stream_name(dt, wdt, kind, res=False, warp=False):
     b = lambda v: "true" if v else "false"  # noqa: E731
-    return f"cuflash::norm_fwd_stream<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {b(res)}, {b(warp)}>"
+    nh = _stream_held(dt, wdt, kind, warp)
+    return (f"cuflash::norm_fwd_stream<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nh}, {b(res)}, "
+            f"{b(warp)}>")
 
 
 def _bwd_name(dt, wdt, kind):
-    return f"cuflash::norm_bwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {NV}>"
+    nh = _held(_HELD_BWD[kind], dt, wdt)
+    return f"cuflash::norm_bwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {NV}, {nh}>"
 
 
 def _red_name(odt):
@@ -198,7 +251,7 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
     registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block),
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
-           STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD)
+           STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         budget = _compile.max_shared_optin(dev) - 1024  # static shared memory of the reductions
@@ -338,7 +391,7 @@ _BWD_CFG: dict = {}
 
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
-    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS)
+    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD)
     cfg = _BWD_CFG.get(key)
     if cfg is not None:
         return cfg
