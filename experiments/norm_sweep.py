@@ -50,6 +50,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument("--name", default="norm_sweep")
+    ap.add_argument("--hold", default="on", choices=["on", "off", "all"],
+                    help="cuflash.norm.HOLD: weights held in registers across rows (on), loaded per row (off), "
+                         "every register chunk held with relaxed launch bounds (all)")
     add_replot_arg(ap, "norm_sweep")
     a = ap.parse_args(argv)
     if a.quick:
@@ -128,6 +131,9 @@ def main(argv=None):
         return 2
     import cupy as cp
     from tqdm import tqdm
+
+    from cuflash import norm as _norm
+    _norm.HOLD = {"on": True, "off": False, "all": "all"}[a.hold]
 
     import cuflash
     from cuflash import _dtypes, reference
