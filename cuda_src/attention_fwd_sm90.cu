@@ -317,15 +317,20 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // ======================================================================================================
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
+// NWG == 1 (Br = 64): two blocks per SM (launch bounds of 128 registers a thread; the producer's setmaxnreg
+// down to PRODUCER_REGS pays for the consumer's rise to CONSUMER_REGS, PRODUCER_REGS + CONSUMER_REGS <= 256),
+// so one block's prologue (Q load, first K/V tile) and epilogue overlap the other's tile loop: short sequences,
+// whose blocks see few K/V tiles, are bound by those per-block phases.
 template <typename T, int HEAD_DIM, int NWG, int Bc, int PVN, int STAGES, bool PINGPONG, int PRODUCER_REGS,
           int CONSUMER_REGS, bool TMA>
-__global__ void __launch_bounds__((NWG + 1) * 128, 1)
+__global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     attention_fwd_sm90_ws(SM90_KERNEL_PARAMS, const __grid_constant__ TmaMap tmap_k,
                           const __grid_constant__ TmaMap tmap_v) {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head_dim 64 or 128");
   static_assert(Bc == 64 || Bc == 128, "Bc 64 or 128");
   static_assert(PVN == 64 || PVN == HEAD_DIM, "PVN");
   static_assert(STAGES >= 2 && (!PINGPONG || NWG == 2), "stages / ping-pong with two consumers");
+  static_assert(NWG != 1 || PRODUCER_REGS + CONSUMER_REGS <= 256, "two blocks per SM: 128 registers a thread");
   constexpr int Br = 64 * NWG;
   constexpr int Q_BYTES = Br * HEAD_DIM * 2, KV_BYTES = Bc * HEAD_DIM * 2;
   constexpr int NPV = HEAD_DIM / PVN, OREG = PVN / 2;

@@ -54,12 +54,15 @@ HEAD_DIMS = (64, 128)
 VARIANTS = ("tma", "ws", "ws_nopp", "simple")
 DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "tma")
 WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
+# Br = 64 (one consumer warpgroup, no ping-pong): two blocks per SM, 128 registers a thread at launch, moved from
+# the producer (24) to the consumer (232) by setmaxnreg
+WS1_PRODUCER_REGS, WS1_CONSUMER_REGS = 24, 232
 
 # (Br, Bc, pv_n) per (variant, head_dim), default first. Br = 64 * consumer warpgroups; pv_n = N of each
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
-    ("tma", 64): [(128, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
+    ("tma", 64): [(128, 128, 64), (64, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -72,10 +75,11 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
     ct = _dtypes.ctype(np.dtype(dtype))
     if variant == "simple":
         return f"cuflash::attention_fwd_sm90<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}>"
-    pp = "false" if variant == "ws_nopp" else "true"
+    pp = "false" if variant == "ws_nopp" or Br == 64 else "true"
     tma = "true" if variant == "tma" else "false"
+    regs = (WS1_PRODUCER_REGS, WS1_CONSUMER_REGS) if Br == 64 else (WS_PRODUCER_REGS, WS_CONSUMER_REGS)
     return (f"cuflash::attention_fwd_sm90_ws<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}, {WS_STAGES}, {pp}, "
-            f"{WS_PRODUCER_REGS}, {WS_CONSUMER_REGS}, {tma}>")
+            f"{regs[0]}, {regs[1]}, {tma}>")
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int) -> int:
@@ -104,6 +108,7 @@ _declare()
 
 
 _CC: dict = {}
+_CARVED: set = set()  # kernels whose preferred shared-memory carveout is set (once each)
 
 
 def _device_cc(p) -> str:
@@ -273,6 +278,9 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                 var, maps = "ws", None
         args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP))
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), ARCH_OPTIONS)
+    if br == 64 and kern not in _CARVED:  # two blocks per SM: all of the unified L1 as shared memory
+        kern.preferred_shared_memory_carveout = 100
+        _CARVED.add(kern)
     grid = (math.ceil(Sq / br), Hq, B)
     _compile.launch(kern, grid, (threads(var, br),), args, shared_mem=smem_bytes(var, d, br, bc),
                     what=f"attention sm90 {var} (Br={br}, Bc={bc}, pv_n={pv}, head_dim={d}, {dt})")

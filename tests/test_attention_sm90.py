@@ -282,6 +282,24 @@ def test_tails_and_masks(cp, rng, variant, dtype, head_dim, mask, sq, sk):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("sq,sk", SHAPES)
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_tails_and_masks_one_consumer(cp, rng, dtype, mask, sq, sk):
+    """The Br = 64 tiles (one consumer warpgroup, two blocks per SM) on every tail shape and mask."""
+    for (dt, d, var, br, bc, pv) in S90.configurations():
+        if br != 64 or dt != dtype or var != S90.DEFAULT_VARIANT:
+            continue
+        causal, window = MASKS[mask]
+        q = randn(cp, rng, (2, 3, sq, d), dtype)
+        k = randn(cp, rng, (2, 3, sk, d), dtype)
+        v = randn(cp, rng, (2, 3, sk, d), dtype)
+        check(q, k, v, causal, None, window, what=f"Br64 {dtype} d{d} {mask} {sq}x{sk}", variant=var,
+              block_sizes=(br, bc), pv_n=pv)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("hq,hkv", [(6, 2), (4, 1)])
 @pytest.mark.parametrize("mask", list(MASKS))
