@@ -15,7 +15,9 @@ in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by na
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
-(2 stages). Masking, tails, GQA, lse and the bottom-right causal/window convention are those of
+(2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys the default
+is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
+and epilogue overlap the other's tile loop). Masking, tails, GQA, lse and the bottom-right causal/window convention are those of
 :mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
 in ``cuda_src/cuflash/tma.cuh``.
@@ -143,6 +145,23 @@ def kernel_head_dim(head_dim: int) -> int:
     raise ValueError(f"the sm90 attention kernel supports head_dim <= 128, got {head_dim}")
 
 
+# Short key sequences: blocks of few K/V tiles are bound by their prologue (Q load, first tile) and epilogue, which
+# two blocks per SM overlap. Measured on the H200 (experiments/results/logs/sm90_br64_ab_529c3fa.json, head_dim 64,
+# both dtypes, same run): Br = 64 is 2-8 % faster than Br = 128 for seqlen 512-4K (causal or not), 4-6 % slower
+# at 16K.
+SHORT_SEQLEN_K = 4096
+SHORT_TILES = {("tma", 64): (64, 128, 64)}
+
+
+def default_tile(variant: str, head_dim: int, seqlen_k: int) -> tuple[int, int, int]:
+    """The (Br, Bc, pv_n) a call without ``block_sizes`` runs: SHORT_TILES up to SHORT_SEQLEN_K keys, else the
+    first of TILES."""
+    short = SHORT_TILES.get((variant, head_dim))
+    if short is not None and seqlen_k <= SHORT_SEQLEN_K:
+        return short
+    return TILES[(variant, head_dim)][0]
+
+
 def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int, int]:
     """(variant, Br, Bc, pv_n) for problem ``p``; validates the choices against the instantiated set."""
     d = kernel_head_dim(p.head_dim)
@@ -151,7 +170,7 @@ def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int,
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     avail = TILES[(var, d)]
     if block_sizes is None:
-        br, bc, pv0 = avail[0]
+        br, bc, pv0 = default_tile(var, d, p.seqlen_k)
     else:
         br, bc = parse_block_sizes(block_sizes)
         pv0 = next((c[2] for c in avail if c[:2] == (br, bc)), None)
@@ -276,6 +295,8 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                     raise ValueError("variant 'tma' needs K and V with 16-byte aligned data and strides that are "
                                      "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
+                if block_sizes is None and (br, bc, pv) not in TILES[(var, d)]:
+                    br, bc, pv = TILES[(var, d)][0]
         args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP))
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), ARCH_OPTIONS)
     if br == 64 and kern not in _CARVED:  # two blocks per SM: all of the unified L1 as shared memory

@@ -80,11 +80,11 @@ def _run_canaries():
     return _CANARY
 
 
-def require(dtype, head_dim, variant, block_sizes=None, pv_n=None):
+def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_k=0):
     """Fail (without launching) when the canary of this configuration hung or crashed."""
     d = S90.kernel_head_dim(head_dim)
     if block_sizes is None:
-        br, bc, pv = S90.TILES[(variant, d)][0]
+        br, bc, pv = S90.default_tile(variant, d, seqlen_k)
     else:
         br, bc = block_sizes
         pv = pv_n if pv_n is not None else next((c[2] for c in S90.TILES[(variant, d)] if c[:2] == (br, bc)), 64)
@@ -98,7 +98,7 @@ def require(dtype, head_dim, variant, block_sizes=None, pv_n=None):
 # ------------------------------------------------------------------------------------------------ helpers
 def run(q, k, v, causal=False, scale=None, window=(-1, -1), variant=None, **kw):
     variant = variant or S90.DEFAULT_VARIANT
-    require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"))
+    require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"), k.shape[-2])
     p = prepare(q, k, v, causal=causal, softmax_scale=scale, window_size=window)
     assert S90.supports(p)
     return S90.forward(p, return_lse=True, variant=variant, **kw)
@@ -215,9 +215,16 @@ def test_kernel_head_dim_and_choices():
         S90.kernel_head_dim(129)
 
     class P:  # the fields choose() reads
-        head_dim, dtype = 128, np.dtype(BF16)
+        head_dim, dtype, seqlen_k = 128, np.dtype(BF16), 1024
 
     assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
+    # head_dim 64: the one-consumer tile up to SHORT_SEQLEN_K keys, Br = 128 beyond
+    P.head_dim = 64
+    assert S90.choose(P(), variant="tma") == ("tma", 64, 128, 64)
+    P.seqlen_k = S90.SHORT_SEQLEN_K + 1
+    assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
+    assert S90.choose(P(), (64, 128), variant="tma") == ("tma", 64, 128, 64)
+    P.head_dim, P.seqlen_k = 128, 1024
     assert S90.choose(P(), (128, 128), 128, "simple") == ("simple", 128, 128, 128)
     for bad in (dict(variant="fa9"), dict(block_sizes=(64, 64), variant="simple"), dict(pv_n=128, variant="ws_nopp")):
         with pytest.raises(ValueError):
@@ -286,10 +293,11 @@ def test_tails_and_masks(cp, rng, variant, dtype, head_dim, mask, sq, sk):
 @pytest.mark.parametrize("sq,sk", SHAPES)
 @pytest.mark.gpu
 @pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
-def test_tails_and_masks_one_consumer(cp, rng, dtype, mask, sq, sk):
-    """The Br = 64 tiles (one consumer warpgroup, two blocks per SM) on every tail shape and mask."""
+def test_tails_and_masks_every_default_variant_tile(cp, rng, dtype, mask, sq, sk):
+    """Every tile of the default variant at head_dim 64 (Br = 128 with two consumer warpgroups, Br = 64 with one
+    and two blocks per SM; the default picks by seqlen_k) on every tail shape and mask."""
     for (dt, d, var, br, bc, pv) in S90.configurations():
-        if br != 64 or dt != dtype or var != S90.DEFAULT_VARIANT:
+        if d != 64 or dt != dtype or var != S90.DEFAULT_VARIANT:
             continue
         causal, window = MASKS[mask]
         q = randn(cp, rng, (2, 3, sq, d), dtype)
