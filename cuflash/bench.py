@@ -1,7 +1,8 @@
 """Timing, error metrics and result files: the numbers every report row is made of.
 
-Timing follows the usual GPU method: CUDA events around the region on the current stream, warm-up first,
-the median of many repetitions, and inputs either larger than L2 or rotated between calls (pass several
+Timing follows the usual GPU method: CUDA events around the region on the current stream, repetitions enqueued
+back to back (the host waits once, so Python work before a launch is hidden while the GPU is busy), warm-up
+first, the median of many repetitions, and inputs either larger than L2 or rotated between calls (pass several
 argument sets to :func:`time_cuda`), with an optional L2 flush before every repetition.
 """
 from __future__ import annotations
@@ -46,12 +47,17 @@ def flush_l2() -> None:
     buf.fill(1.0)
 
 
-def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False) -> dict:
+def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False, sync_each: bool = False) -> dict:
     """Time ``fn(*args)`` with CUDA events; returns {'median_ms', 'min_ms', 'p20_ms', 'p80_ms', 'n'}.
 
     ``arg_sets`` are tuples of arguments rotated between repetitions (several sets whose total exceeds L2
     keep the cache from serving the inputs); with none, ``fn()`` is called. ``flush=True`` also flushes L2
     before every repetition (the flush itself is outside the timed region).
+
+    The repetitions are enqueued back to back, one (start, end) event pair around each, and the host waits once
+    at the end (as ``triton.testing.do_bench``): while the GPU is the bottleneck the host runs ahead, so a
+    repetition's time is its GPU time, not the Python work before its launch. ``sync_each=True`` waits after every
+    repetition instead: the time then includes the host work of the call (latency of one isolated call).
     """
     import cupy
 
@@ -59,17 +65,20 @@ def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False
     for i in range(warmup):
         fn(*sets[i % len(sets)])
     stream = cupy.cuda.get_current_stream()
-    times = []
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    stream.synchronize()
+    pairs = []
     for i in range(rep):
         if flush:
             flush_l2()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record(stream)
         fn(*sets[i % len(sets)])
         end.record(stream)
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end))
-    t = np.asarray(times)
+        pairs.append((start, end))
+        if sync_each:
+            end.synchronize()
+    stream.synchronize()
+    t = np.asarray([cupy.cuda.get_elapsed_time(a, b) for a, b in pairs])
     return {"median_ms": float(np.median(t)), "min_ms": float(t.min()), "p20_ms": float(np.percentile(t, 20)),
             "p80_ms": float(np.percentile(t, 80)), "n": rep}
 

@@ -163,6 +163,7 @@ def test_tensor_map_arguments_and_refusals(monkeypatch):
         ctypes.memset(out, 0xAB, 128)  # the driver fills the 128 opaque bytes
         return 0
 
+    S90._tensor_map.cache_clear()  # maps are cached by (pointer, dtype, shape, strides, box)
     monkeypatch.setattr(S90, "_encode_fn", lambda: fake_encode)
     B, H, S, d = 2, 3, 100, 128
     m = S90.tensor_map(_FakeArray((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2)), 128)
@@ -187,10 +188,15 @@ def test_tensor_map_arguments_and_refusals(monkeypatch):
                                 ((B, H, S, d), (H * S * d * 4, S * d * 4, d * 4, 4), 1 << 20)]:
         assert S90.tensor_map(_FakeArray(shape, strides, ptr), 128) is None, (shape, strides, ptr)
     assert not calls
+    # the same buffer again: the cached map, no second driver call
+    assert S90.tensor_map(_FakeArray((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2)), 128) is m and not calls
+    S90._tensor_map.cache_clear()
     monkeypatch.setattr(S90, "_encode_fn", lambda: (lambda *a: 1))  # the driver refuses
     assert S90.tensor_map(_FakeArray((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2)), 128) is None
+    S90._tensor_map.cache_clear()
     monkeypatch.setattr(S90, "_encode_fn", lambda: None)  # no driver entry point
     assert S90.tensor_map(_FakeArray((B, H, S, d), (H * S * d * 2, S * d * 2, d * 2, 2)), 128) is None
+    S90._tensor_map.cache_clear()
 
 
 def test_configurations_fit_h200_shared_memory():
