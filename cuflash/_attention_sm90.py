@@ -147,8 +147,8 @@ def kernel_head_dim(head_dim: int) -> int:
 
 # Short key sequences: blocks of few K/V tiles are bound by their prologue (Q load, first tile) and epilogue, which
 # two blocks per SM overlap. Measured on the H200 (experiments/results/logs/sm90_br64_ab_529c3fa.json, head_dim 64,
-# both dtypes, same run): Br = 64 is 2-8 % faster than Br = 128 for seqlen 512-4K (causal or not), 4-6 % slower
-# at 16K.
+# both dtypes, same run): Br = 64 is 0-10 % faster (4 % on average) than Br = 128 for seqlen 512-4K (causal
+# or not), 4-6 % slower at 16K.
 SHORT_SEQLEN_K = 4096
 SHORT_TILES = {("tma", 64): (64, 128, 64)}
 
