@@ -124,7 +124,8 @@ def _script(setup: str, calls, repeat: int, status_path: str | None = None) -> s
 
 
 def parse_csv(text: str) -> list[dict]:
-    """Per-launch rows from ``ncu --csv`` output: {'id', 'kernel', 'read_bytes', 'write_bytes'}."""
+    """Per-launch rows from ``ncu --csv`` output: {'id', 'kernel', 'read_bytes', 'write_bytes', 'metrics'}, where
+    'metrics' maps every numeric metric of the launch to its value (bytes in bytes, other units as printed)."""
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
     if start is None:
@@ -143,7 +144,8 @@ def parse_csv(text: str) -> list[dict]:
         except ValueError:
             continue
         r = rows.setdefault(lid, {"id": lid, "kernel": rec.get("Kernel Name", ""), "read_bytes": 0.0,
-                                  "write_bytes": 0.0})
+                                  "write_bytes": 0.0, "metrics": {}})
+        r["metrics"][name] = val
         if name == METRICS[0]:
             r["read_bytes"] = val
         elif name == METRICS[1]:
@@ -187,7 +189,7 @@ def split_launches(launches: list[dict], n_calls: int, repeat: int = 1, errors=N
 
 
 def measure_many(setup: str, calls, repeat: int = 1, kernel_regex: str | None = None, timeout: float = 600,
-                 env: dict | None = None, python: str | None = None) -> list[dict]:
+                 env: dict | None = None, python: str | None = None, metrics=()) -> list[dict]:
     """Profile several calls (Python source strings, sharing ``setup``) in ONE ncu process; one result each.
 
     The program of :func:`_script` runs every call once outside the profiled range (warm-up), then each call
@@ -196,7 +198,8 @@ def measure_many(setup: str, calls, repeat: int = 1, kernel_regex: str | None = 
     'bytes', 'launches', 'n_launches', 'error'}: bytes are per repetition, None with an 'error' when the call
     raised (the exception text) or was not profiled. ``kernel_regex`` keeps only matching kernels (and the
     markers). Raises NcuUnavailable when ncu is missing, or returns no metric rows at all (not even a
-    marker) while some call ran.
+    marker) while some call ran. ``metrics``: more ncu metric names (or ``regex:`` patterns) to collect beside the
+    DRAM bytes; each launch row carries them in its 'metrics' dict.
     """
     calls = [calls] if isinstance(calls, str) else list(calls)
     exe = ncu_path()
@@ -205,7 +208,8 @@ def measure_many(setup: str, calls, repeat: int = 1, kernel_regex: str | None = 
     with tempfile.TemporaryDirectory(prefix="cuflash_ncu_") as d:
         path, status = Path(d, "region.py"), Path(d, "status.json")
         path.write_text(_script(setup, calls, repeat, str(status)))
-        cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
+        cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--metrics",
+               ",".join((*METRICS, *metrics)),
                "--csv", "--print-units", "base"]
         if kernel_regex:
             cmd += ["-k", f"regex:(?:{kernel_regex})|{MARKER}"]

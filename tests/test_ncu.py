@@ -46,6 +46,19 @@ def test_split_at_markers():
     assert all(not r["kernel"].startswith("cuflash_ncu_marker") for x in res for r in x["launches"])
 
 
+def test_parse_keeps_every_metric_of_a_launch():
+    text = _csv([("k", 10, 20)]) + (
+        '"0","1","python3","h","k","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","s",'
+        '"sm__warps_active.avg.pct_of_peak_sustained_active","%","61.5"\n'
+        '"0","1","python3","h","k","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","s",'
+        '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","","3.25"\n')
+    (r,) = ncu.parse_csv(text)
+    assert (r["read_bytes"], r["write_bytes"]) == (10, 20)
+    assert r["metrics"]["sm__warps_active.avg.pct_of_peak_sustained_active"] == 61.5
+    assert r["metrics"]["smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"] == 3.25
+    assert r["metrics"]["dram__bytes_read.sum"] == 10
+
+
 def test_split_divides_by_repeat_and_order_follows_ids():
     text = _csv([("cuflash_ncu_marker_1", 0, 0), ("k", 30, 3), ("k", 30, 3),
                  ("cuflash_ncu_marker_0", 0, 0), ("k", 8, 2), ("k", 8, 2)])
@@ -151,6 +164,8 @@ def test_measure_many_end_to_end(fake_ncu):
     assert res[4]["bytes"] == 10 and res[4]["n_launches"] == 2
     argv = fake_ncu["argv"].read_text()
     assert "--profile-from-start off" in argv and "--clock-control none" in argv and "dram__bytes_read.sum" in argv
+    ncu.measure_many(setup, ["pass"], env=fake_ncu["env"], timeout=60, metrics=("regex:smsp__average_warps_.*",))
+    assert "dram__bytes_write.sum,regex:smsp__average_warps_.*" in fake_ncu["argv"].read_text()
 
 
 def test_measure_is_measure_many_of_one(fake_ncu):
@@ -167,3 +182,24 @@ def test_measure_many_without_ncu(monkeypatch):
     with pytest.raises(ncu.NcuUnavailable):
         ncu.measure_many("", ["pass"])
     assert ncu.try_measure("pass") is None
+
+
+def test_kernel_profile_rows_and_no_gpu_exit(monkeypatch):
+    """experiments/kernel_profile.py: its calls compile, a launch's counters become one row (top stalls first),
+    and without ncu it measures nothing and exits 2."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernel_profile", ncu.ROOT / "experiments" / "kernel_profile.py")
+    kp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kp)
+    for label, setup, call in kp.calls(quick=True):
+        compile(setup, label, "exec")
+        compile(call, label, "eval")
+    m = {"gpu__time_duration.sum": 2500.0, "launch__registers_per_thread": 72.0,
+         kp.STALL_PREFIX + "barrier" + kp.STALL_SUFFIX: 0.5, kp.STALL_PREFIX + "long_scoreboard" + kp.STALL_SUFFIX: 4.0,
+         kp.STALL_PREFIX + "wait" + kp.STALL_SUFFIX: 1.0, kp.STALL_PREFIX + "selected" + kp.STALL_SUFFIX: 0.25}
+    row = kp.summarise("c", {"kernel": "cuflash::norm_fwd<...>", "read_bytes": 8.0, "write_bytes": 4.0, "metrics": m})
+    assert row["duration_us"] == 2.5 and row["registers"] == 72.0 and row["dram_bytes"] == 12.0
+    assert (row["stall_1"], row["stall_2"], row["stall_3"]) == ("long_scoreboard 4.00", "wait 1.00", "barrier 0.50")
+    monkeypatch.setattr(ncu, "available", lambda: False)
+    assert kp.main([]) == 2
