@@ -83,6 +83,27 @@ def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False
             "p80_ms": float(np.percentile(t, 80)), "n": rep}
 
 
+def host_us_per_call(fn, calls: int = 2000, warmup: int = 50, sync=None) -> float:
+    """Host time of one call in microseconds: ``calls`` calls enqueued back to back (after ``warmup``), the device
+    waited for before and after. On an input small enough that the GPU keeps up with the launches this is the
+    Python and launch cost a caller pays per call, which :func:`time_cuda` leaves out. ``sync``: the wait
+    (default: the current CuPy device's synchronize)."""
+    import time
+
+    if sync is None:
+        import cupy
+
+        sync = cupy.cuda.Device().synchronize
+    for _ in range(warmup):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def errors(out, ref) -> dict:
     """max abs error and max rel error (|out-ref| / max(|ref|, tiny)) over finite reference entries, and NaN count."""
     o = out.get() if hasattr(out, "get") else np.asarray(out)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import time
 
 import numpy as np
 
@@ -114,17 +113,7 @@ def host_overhead(torch):
     if torch is not None:
         t = torch.from_dlpack(x)
         fns["torch.softmax"] = lambda: torch.softmax(t, -1)
-    out = {}
-    for name, f in fns.items():
-        for _ in range(50):
-            f()
-        cp.cuda.runtime.deviceSynchronize()
-        t0 = time.perf_counter()
-        for _ in range(2000):
-            f()
-        cp.cuda.runtime.deviceSynchronize()
-        out[name] = (time.perf_counter() - t0) / 2000 * 1e6
-    return out
+    return {name: bench.host_us_per_call(f) for name, f in fns.items()}
 
 
 def main(argv=None):

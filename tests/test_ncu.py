@@ -203,3 +203,4 @@ def test_kernel_profile_rows_and_no_gpu_exit(monkeypatch):
     assert (row["stall_1"], row["stall_2"], row["stall_3"]) == ("long_scoreboard 4.00", "wait 1.00", "barrier 0.50")
     monkeypatch.setattr(ncu, "available", lambda: False)
     assert kp.main([]) == 2
+

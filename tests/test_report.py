@@ -334,3 +334,12 @@ def test_cli_run_lists_scripts(capsys):
     assert cli.main(["run", "no_such_script"]) == 2
     err = capsys.readouterr().err
     assert "no_such_script" in err and "tile_sweep" in err
+
+
+def test_host_us_per_call_counts_calls_and_waits():
+    """bench.host_us_per_call: warm-up calls, then the timed calls between two waits; a positive time per call."""
+    from cuflash import bench
+
+    calls, waits = [], []
+    us = bench.host_us_per_call(lambda: calls.append(1), calls=100, warmup=5, sync=lambda: waits.append(len(calls)))
+    assert len(calls) == 105 and waits == [5, 105] and us > 0
