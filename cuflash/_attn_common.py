@@ -20,11 +20,22 @@ DTYPES = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32)
 
 
 def as_cupy(x, name: str):
-    """A CuPy view of ``x`` (CuPy array, DLPack or __cuda_array_interface__ object, e.g. a torch CUDA tensor)."""
+    """A CuPy view of ``x`` (CuPy array, DLPack or __cuda_array_interface__ object, e.g. a torch CUDA tensor).
+
+    A view whose byte strides are not whole elements (a reinterpreting ``.view`` of a byte array) is copied to a
+    contiguous array: the kernels index in elements."""
     import cupy
 
-    if isinstance(x, cupy.ndarray):
-        return x
+    if not isinstance(x, cupy.ndarray):
+        x = _foreign(x, name)
+    if any(st % x.itemsize for st in x.strides):
+        x = cupy.ascontiguousarray(x)
+    return x
+
+
+def _foreign(x, name: str):
+    """as_cupy for what is not a CuPy array: DLPack / __cuda_array_interface__ objects; host arrays raise."""
+    import cupy
 
     def has(attr):  # torch raises (rather than returning False) for some tensors, e.g. requires_grad=True
         try:
@@ -34,7 +45,7 @@ def as_cupy(x, name: str):
 
     if type(x).__module__ == "numpy" or has("__array_interface__") and not has("__cuda_array_interface__"):
         raise TypeError(f"{name} must be a CuPy array on the GPU, got a host {type(x).__name__}; "
-                        f"move it first: cupy.asarray({name})")
+                        f"move it to the GPU first (cupy.asarray)")
     if has("__dlpack__") or has("__cuda_array_interface__"):
         try:
             return cupy.from_dlpack(x) if has("__dlpack__") else cupy.asarray(x)
@@ -57,6 +68,21 @@ def as_int(v, what: str) -> int:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
     return int(v)
+
+
+def as_float(v, what: str) -> float:
+    """``v`` as a Python float that is finite in float32 (the kernels take float32): ints, floats and NumPy /
+    ml_dtypes real scalars; a bool, string or complex raises TypeError, NaN, inf or a value beyond float32's range
+    ValueError."""
+    real = isinstance(v, (int, float, np.integer, np.floating)) or (
+        isinstance(v, np.generic) and v.dtype == _dtypes.bfloat16)  # ml_dtypes' scalar: not an np.floating
+    if not real or isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{what} must be a real number, got {v!r} ({type(v).__name__})")
+    f = float(v)
+    with np.errstate(over="ignore"):
+        if not (math.isfinite(f) and math.isfinite(float(np.float32(f)))):
+            raise ValueError(f"{what} must be finite in float32, got {v!r}")
+    return f
 
 
 def as_bool(v, what: str) -> bool:
@@ -85,7 +111,7 @@ def normalize_window(causal: bool, window_size, seqlen_q: int, seqlen_k: int) ->
     """(left, right) in keys, -1 = unbounded; causal sets right = 0. A bound of seqlen_q + seqlen_k or more
     excludes no key and becomes -1 (the kernels' int32 index arithmetic stays far from overflow). Raises
     TypeError for non-int entries, ValueError for entries < -1 or not a pair."""
-    if isinstance(window_size, (str, bytes)):
+    if isinstance(window_size, (str, bytes, dict, set, frozenset)):
         raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
     try:
         pair = tuple(window_size)
@@ -166,9 +192,10 @@ def pad_head_dim(a, d_to: int):
 def prepare(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), dtypes=DTYPES) -> AttnProblem:
     """Validate (batch, heads, seqlen, head_dim) inputs; raise TypeError/ValueError before any launch.
 
-    Raises TypeError for non-arrays, unsupported or mixed dtypes, a non-bool ``causal`` or non-int window entries;
-    ValueError for wrong ranks, mismatched
-    batch/seqlen/head_dim, heads_q not divisible by heads_kv, head_dim > 256 or < 1, bad window or scale.
+    Raises TypeError for non-arrays, unsupported or mixed dtypes, a non-bool ``causal``, non-int window entries or
+    a ``softmax_scale`` that is not a real number; ValueError for wrong ranks, mismatched
+    batch/seqlen/head_dim, heads_q not divisible by heads_kv, head_dim > 256 or < 1, sizes beyond 32-bit indexing,
+    a bad window or a scale that is not finite in float32.
     """
     q, k, v = as_cupy(q, "q"), as_cupy(k, "k"), as_cupy(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
@@ -192,12 +219,10 @@ def prepare(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), dty
     dev = q.device.id
     if k.device.id != dev or v.device.id != dev:
         raise ValueError("q, k, v must be on the same device")
-    if softmax_scale is None:
-        scale = 1.0 / math.sqrt(D)
-    else:
-        scale = float(softmax_scale)
-        if not math.isfinite(scale):
-            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    if max(B, Hq, Sq + Sk) >= 2**31:
+        raise ValueError(f"batch, heads and seqlen_q + seqlen_k must be below 2^31 (the kernels index with 32-bit "
+                         f"ints), got q {q.shape}, k {k.shape}")
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else as_float(softmax_scale, "softmax_scale")
     causal = as_bool(causal, "causal")
     window = normalize_window(causal, window_size, Sq, Sk)
     return AttnProblem(q, k, v, B, Hq, Hkv, Sq, Sk, D, padded_head_dim(D), dt, scale, causal, window)

@@ -141,12 +141,22 @@ def sm_count(device_id: int) -> int:
     return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 
+GRID_MAX = (2**31 - 1, 65535, 65535)  # CUDA's limits on gridDim.x, .y, .z
+
+
 def launch(kernel, grid, block, args, shared_mem: int = 0, what: str = "") -> None:
-    """Launch ``kernel`` on the current stream; raise ConfigurationError if the shared memory does not fit.
+    """Launch ``kernel`` on the current stream; raise ConfigurationError if the shared memory does not fit, and
+    ValueError (before launching) for a grid beyond CUDA's limits (x < 2^31, y and z <= 65535: e.g. more than
+    65535 heads or batches where a kernel maps them to grid.y / grid.z).
 
     The 48 KiB default limit covers static plus dynamic shared memory, so whenever the two together exceed
     it the dynamic limit is raised explicitly (``cudaFuncAttributeMaxDynamicSharedMemorySize``).
     """
+    dims = grid if isinstance(grid, tuple) else (grid,)
+    for n, limit, axis in zip(dims, GRID_MAX, "xyz"):
+        if n > limit:
+            raise ValueError(f"{what or kernel.name}: grid {tuple(dims)} exceeds CUDA's limit on grid.{axis} "
+                             f"({limit}); the input has too many rows / heads / batches for this kernel")
     if shared_mem:
         static = _static_smem(kernel)
         if shared_mem + static > 48 * 1024:

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from . import _attention_sm90, _compile, _dtypes
-from ._attn_common import NATIVE_HEAD_DIMS, last_axis_contiguous, pad_head_dim, parse_block_sizes, prepare
+from ._attn_common import NATIVE_HEAD_DIMS, as_bool, last_axis_contiguous, pad_head_dim, parse_block_sizes, prepare
 
 SOURCE = "attention_fwd.cu"
 SCHEDULES = ("auto", "fa2", "fa1", "standard", "wgmma")
@@ -144,16 +144,20 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
 
     Raises
     ------
-    TypeError : non-arrays (host arrays included), unsupported or mixed dtypes, a non-bool ``causal``,
-        ``window_size`` not iterable or with non-int entries.
+    TypeError : non-arrays (host arrays included), unsupported or mixed dtypes, a non-bool ``causal`` or
+        ``return_lse``, a ``softmax_scale`` that is not a real number (a string, a bool), ``window_size`` not a
+        pair (a dict, a set) or with non-int entries.
     ValueError : wrong ranks, k and v of different shapes, mismatched batch / head_dim, heads_q not a multiple
-        of heads_kv, head_dim outside 1..256, q / k / v on different devices, a non-finite ``softmax_scale``,
+        of heads_kv, head_dim outside 1..256, q / k / v on different devices, batch, heads or seqlen_q +
+        seqlen_k of 2^31 or more, more batches or heads than a grid dimension takes (65535), a ``softmax_scale``
+        not finite in float32,
         ``window_size`` not a pair or an entry < -1, unknown schedule, ``"wgmma"`` where it does not apply
         (not cc 9.0, float32 or head_dim > 128), block_sizes malformed (floats included), not instantiated or
         not fitting the shared memory (``ConfigurationError``, a ValueError); ``"fa1"`` beyond its grid limits
         (more than 65535 Q tiles, or batch·heads_q too large).
     """
     p = prepare(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+    return_lse = as_bool(return_lse, "return_lse")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if block_sizes is not None:  # the format, on every schedule (the kernels check the values they instantiate)

@@ -70,7 +70,7 @@ import math
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import (NATIVE_HEAD_DIMS, as_cupy, last_axis_contiguous, pad_head_dim, parse_block_sizes,
+from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, as_cupy, last_axis_contiguous, pad_head_dim, parse_block_sizes,
                            prepare)
 
 SOURCE = "attention_bwd.cu"
@@ -246,10 +246,11 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     Raises
     ------
     TypeError : non-arrays (host arrays included); unsupported, mixed or mismatched dtypes (dout / out must have
-        q's dtype; lse a floating dtype); a non-bool ``causal``; ``window_size`` not iterable or with non-int
-        entries.
+        q's dtype; lse a floating dtype); a non-bool ``causal`` or ``deterministic``; the ``softmax_scale`` and
+        ``window_size`` cases of :func:`cuflash.attention`.
     ValueError : the q / k / v, ``softmax_scale`` and ``window_size`` cases of :func:`cuflash.attention`
-        (ranks, shapes, head_dim outside 1..256, heads, devices, non-finite scale, window not a pair or < -1);
+        (ranks, shapes, sizes, head_dim outside 1..256, heads, devices, scale not finite in float32, window not
+        a pair or < -1);
         dout / out not of q's shape or lse not of shape (batch, heads_q, seqlen_q); dout, out or lse on
         another device than q; block_sizes malformed (also for float32) or not instantiated;
         ``ConfigurationError`` (a ValueError) when shared memory does not fit the device.
@@ -277,16 +278,16 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
 
     d = p.head_dim_padded
     f32 = dt == _dtypes.float32
-    bc = None
-    if block_sizes is not None:  # the format is checked on every path (float32 then ignores it)
-        bs = parse_block_sizes(block_sizes)
-    if block_sizes is not None and not f32:
-        br, bc = bs
+    deterministic = as_bool(deterministic, "deterministic")
+    bc = DEFAULT_BC.get(d, 64)
+    if block_sizes is not None:  # checked on every path; float32 (the SIMT kernel) then ignores a valid pair
+        br, bc_req = parse_block_sizes(block_sizes)
         avail = [(BM, DEFAULT_BC[d])] + [(BM, c) for c in EXTRA_BC.get(d, ())]
-        if (br, bc) not in avail:
+        if (br, bc_req) not in avail:
             raise ValueError(f"block_sizes {block_sizes!r} is not instantiated for head_dim {d}, {dt}; "
                              f"available: {avail}")
-    bc = DEFAULT_BC.get(d, 64) if bc is None else bc
+        if not f32:
+            bc = bc_req
 
     dq = _empty_like_layout(p.q, p.q.shape, dt)
     dk = _empty_like_layout(p.k, p.k.shape, dt)

@@ -23,7 +23,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import as_cupy
+from ._attn_common import as_cupy, as_float, as_int
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]
 
@@ -166,12 +166,13 @@ def _aligned(a, align=16):
 
 
 def _normalized_shape(normalized_shape):
-    if isinstance(normalized_shape, (int, np.integer)):
-        return (int(normalized_shape),)
-    try:
-        return tuple(int(s) for s in normalized_shape)
-    except TypeError:
-        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}") from None
+    """``normalized_shape`` as a tuple of ints: an int or a sequence of ints (a string, float or bool raises
+    TypeError, as torch)."""
+    if isinstance(normalized_shape, (int, np.integer, bool, np.bool_)):
+        return (as_int(normalized_shape, "normalized_shape"),)
+    if isinstance(normalized_shape, (str, bytes)) or not hasattr(normalized_shape, "__iter__"):
+        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
+    return tuple(as_int(s, "normalized_shape entry") for s in normalized_shape)
 
 
 def _check_param(p, name, nshape, dt, fn):
@@ -299,9 +300,9 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
             raise ValueError(f"{fn}: residual has shape {tuple(residual.shape)}; expected that of x, {tuple(x.shape)}")
         if residual.dtype != dt:
             raise TypeError(f"{fn}: residual has dtype {residual.dtype}; expected that of x, {dt}")
-    eps = float(eps)
-    if not (eps >= 0.0 and math.isfinite(eps)):
-        raise ValueError(f"{fn}: eps must be finite and >= 0, got {eps}")
+    eps = as_float(eps, f"{fn}: eps")
+    if eps < 0.0:
+        raise ValueError(f"{fn}: eps must be >= 0, got {eps}")
 
     rows = x.size // hidden
     stat_shape = x.shape[: x.ndim - nd]
@@ -358,9 +359,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
         TypeError: ``x``, weight, bias or residual not a CuPy/CUDA array (host arrays included); ``x`` not
             float32/float16/bfloat16; ``normalized_shape`` neither an int nor iterable (e.g. None); weight/bias
             dtype other than float32 or ``x.dtype``, or weight and bias of different dtypes; a residual of
-            another dtype than ``x``; an ``eps`` that ``float()`` rejects with TypeError (e.g. None).
+            another dtype than ``x``; ``normalized_shape`` entries or an ``eps`` that are not ints / real numbers
+            (strings, floats in the shape, bools).
         ValueError: ``normalized_shape`` not the trailing dims of ``x``, empty, with no elements or with 2**31
-            or more; weight/bias/residual shape mismatch; eps negative, NaN or infinite. All before any launch.
+            or more; weight/bias/residual shape mismatch; eps negative, NaN, infinite or beyond float32. All before
+            any launch.
     """
     return _forward(LAYER, "layer_norm", x, normalized_shape, weight, bias, eps, residual, return_stats)
 

@@ -145,7 +145,9 @@ def _axes(axis, ndim):
     """Normalised tuple of reduced axes (sorted); ValueError (numpy's AxisError) when out of range."""
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, (tuple, list)):
+    if isinstance(axis, list):  # numpy and scipy take None, an int or a tuple
+        raise TypeError(f"axis must be None, an int or a tuple of ints, got a list {axis!r}")
+    if isinstance(axis, tuple):
         ax = [_one_axis(a, ndim) for a in axis]
         if len(set(ax)) != len(ax):
             raise ValueError(f"duplicate value in 'axis': {axis}")
@@ -325,18 +327,14 @@ def _prepare(x, axis, op, method, partition):
     _check_method(method)  # the argument errors come first, before any device query
     _axes(axis, x.ndim)
     dev = cupy.cuda.runtime.getDevice()
-    try:
-        key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
-               None if partition is None else tuple(sorted(partition.items())))
-        pr = _PREP.get(key)
-    except TypeError:  # an unhashable axis (a list): no caching
-        key, pr = None, None
+    key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
+           None if partition is None else tuple(sorted(partition.items())))
+    pr = _PREP.get(key)
     if pr is None:
         pr = _make_prep(x, axis, op, method, partition, dev)
-        if key is not None:
-            if len(_PREP) > 4096:
-                _PREP.clear()
-            _PREP[key] = pr
+        if len(_PREP) > 4096:
+            _PREP.clear()
+        _PREP[key] = pr
     return pr
 
 
@@ -498,7 +496,8 @@ def _softmax_impl(x, axis=None, op=OP_SOFTMAX, method="online", partition=None, 
     if x.dtype not in _SUPPORTED:
         _check_dtype(x.dtype)
     if x.ndim == 0:
-        _axes(axis, 0)
+        if not (isinstance(axis, (int, np.integer)) and not isinstance(axis, (bool, np.bool_)) and axis in (0, -1)):
+            _axes(axis, 0)  # numpy's reductions (so scipy) take an int axis 0 or -1 on a 0-d array, not (0,)
         r = _softmax_impl(x.reshape(1), None, op, method, partition, return_plan)
         return (r[0].reshape(()), r[1]) if return_plan else r.reshape(())
     pr = _prepare(x, axis, op, method, partition)
@@ -647,6 +646,8 @@ def _logsumexp_weighted(a, axis, b, keepdims, return_sign):
     _check_dtype(a.dtype, "a")
     scalar = isinstance(b, (int, float, np.number)) and not isinstance(b, (bool, np.bool_, complex,
                                                                             np.complexfloating))
+    if not scalar and isinstance(b, np.generic) and b.dtype == _dtypes.bfloat16:  # ml_dtypes' scalar type
+        scalar = True
     if scalar:
         out_dt = np.result_type(a.dtype, b) if a.dtype != _dtypes.bfloat16 else a.dtype
     else:
@@ -746,8 +747,9 @@ def merge_states(a, b):
 
     Args:
         a, b: states ``(m, l)`` as :func:`online_softmax_state` returns: pairs of CuPy float32/float64 arrays or
-            real Python/NumPy scalars (taken as float32, float64 for ``numpy.float64``); the four arrays
-            broadcast against each other.
+            real scalars (NumPy scalars: float64 for ``numpy.float64``, else float32; Python numbers take float64
+            when another entry is float64, else float32, as NumPy's weak scalars); the four arrays broadcast
+            against each other.
 
     Returns:
         ``(m, l)``: two new C-contiguous CuPy arrays of the broadcast shape, float64 if any input is float64,
@@ -760,10 +762,7 @@ def merge_states(a, b):
     """
     import cupy
 
-    try:
-        (ma, la), (mb, lb) = a, b
-    except (TypeError, ValueError):
-        raise TypeError("merge_states takes two states, each a pair (m, l)") from None
+    (ma, la), (mb, lb) = _pair(a, "merge_states"), _pair(b, "merge_states")
     arrs = _state_arrays(ma, la, mb, lb)
     acc = np.result_type(*[x.dtype for x in arrs])
     try:
@@ -780,23 +779,37 @@ def merge_states(a, b):
     return m, l
 
 
+def _pair(state, what):
+    """``state`` unpacked as (m, l): a tuple, list or array pair (a dict, set or string raises TypeError)."""
+    if isinstance(state, (dict, set, frozenset, str, bytes)):
+        raise TypeError(f"{what}: a state is a pair (m, l), got {type(state).__name__}")
+    try:
+        m, l = state
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: a state is a pair (m, l)") from None
+    return m, l
+
+
 def _state_arrays(*xs):
-    """The arrays of one or two states as CuPy arrays (real scalars allowed); TypeError unless float32/float64."""
+    """The arrays of one or two states as CuPy arrays; TypeError unless float32/float64. Real scalars are allowed:
+    NumPy scalars keep their precision (float64 for numpy.float64, else float32), Python numbers are weak (NumPy's
+    rule): float64 when another entry is float64, else float32."""
     import cupy
 
-    arrs = [x if isinstance(x, cupy.ndarray) else _scalar_or_array(x) for x in xs]
+    arrs = []
+    for x in xs:
+        if not isinstance(x, (float, int, np.floating, np.integer)) or isinstance(x, (bool, np.bool_)):
+            arrs.append(_as_cupy(x, "state"))
+        elif isinstance(x, np.generic):
+            arrs.append(cupy.asarray(x, dtype=np.float64 if isinstance(x, np.float64) else np.float32))
+        else:
+            arrs.append(None)  # a Python number: converted below, with the precision of the others
+    weak = np.float64 if any(a is not None and a.dtype == np.float64 for a in arrs) else np.float32
+    arrs = [cupy.asarray(x, dtype=weak) if a is None else a for a, x in zip(arrs, xs)]
     for x in arrs:
         if x.dtype not in (_dtypes.float32, _dtypes.float64):
             raise TypeError(f"state arrays must be float32 or float64, got {x.dtype}")
     return arrs
-
-
-def _scalar_or_array(x):
-    import cupy
-
-    if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, bool):
-        return cupy.asarray(x, dtype=np.float32 if not isinstance(x, np.float64) else np.float64)
-    return _as_cupy(x, "state")
 
 
 def lse_from_state(state):
@@ -805,8 +818,7 @@ def lse_from_state(state):
 
     Args:
         state: a pair ``(m, l)`` as :func:`online_softmax_state` and :func:`merge_states` return: CuPy
-            float32/float64 arrays of one shape, or real Python/NumPy scalars (taken as float32, float64 for
-            ``numpy.float64``).
+            float32/float64 arrays of one shape, or real scalars (as in :func:`merge_states`).
 
     Returns:
         CuPy array of that shape, float64 if either input is float64, else float32: −inf for the empty state
@@ -819,11 +831,7 @@ def lse_from_state(state):
     """
     import cupy
 
-    try:
-        m, l = state
-    except (TypeError, ValueError):
-        raise TypeError("lse_from_state takes a state, a pair (m, l)") from None
-    m, l = _state_arrays(m, l)
+    m, l = _state_arrays(*_pair(state, "lse_from_state"))
     if m.shape != l.shape:
         raise ValueError(f"state arrays must have one shape, got m {m.shape} and l {l.shape}")
     return m + cupy.log(l)

@@ -1,7 +1,8 @@
 """Helpers shared by tests/test_attention.py and tests/test_attention_sm90.py: the attention mask, the float64
 reference ``ref64``, the same-precision baseline of the FlashAttention rule (S and P rounded to the input dtype,
-fp32 accumulation), and ``randn``. CuPy is imported inside the functions (``cp`` passed in or imported), so
-collecting the tests needs no GPU.
+fp32 accumulation), ``randn``, and ``device_free_array`` (a CuPy array header over untouched memory, for the
+argument checks that must raise before any launch; test_softmax.py and test_validation.py use it too). CuPy is
+imported inside the functions (``cp`` passed in or imported), so collecting the tests needs no GPU.
 """
 import math
 
@@ -66,3 +67,14 @@ def baseline(q, k, v, causal=False, scale=None, window=(-1, -1)):
 
 def randn(cp, rng, shape, dt, scale=1.0):
     return cp.asarray((rng.standard_normal(shape) * scale).astype(np.float32)).astype(dt)
+
+
+def device_free_array(shape, dtype=np.float32, strides=None):
+    """A CuPy array header over memory that is never touched (no GPU needed): argument checks that run before
+    any launch or device query raise on it; anything that reaches the device fails differently."""
+    import pytest
+
+    cupy = pytest.importorskip("cupy")
+    dt = np.dtype(dtype)
+    mem = cupy.cuda.UnownedMemory(0x10000000, max(int(np.prod(shape)) * dt.itemsize, 1), None, device_id=0)
+    return cupy.ndarray(shape, dt, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)

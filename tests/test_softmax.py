@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import scipy.special
 
+from attn_helpers import device_free_array as _device_free_array
 from cuflash import _dtypes
 
 sm = importlib.import_module("cuflash.softmax")  # the module (cuflash.softmax is the function)
@@ -783,15 +784,6 @@ def test_cluster_chosen_automatically(dtype, rng, cp):
         _check(y.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f.__name__)
     _, pl = sm._softmax_impl(xd, -1, sm.OP_SOFTMAX, "online", {"cluster": 0}, return_plan=True)
     assert pl.path != "cluster"
-
-
-def _device_free_array(shape, dtype=np.float32):
-    """A CuPy array header over memory that is never touched (no GPU needed): argument checks that run before
-    any launch or device query raise on it; anything that reaches the device fails differently."""
-    cupy = pytest.importorskip("cupy")
-    dt = np.dtype(dtype)
-    mem = cupy.cuda.UnownedMemory(0x10000000, max(int(np.prod(shape)) * dt.itemsize, 1), None, device_id=0)
-    return cupy.ndarray(shape, dt, memptr=cupy.cuda.MemoryPointer(mem, 0))
 
 
 def test_argument_errors_come_before_the_device():
