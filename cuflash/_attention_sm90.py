@@ -304,8 +304,8 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                     raise ValueError("variant 'tma' needs K and V with 16-byte aligned data and strides that are "
                                      "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
-                if block_sizes is None and (br, bc, pv) not in TILES[(var, d)]:
-                    br, bc, pv = TILES[(var, d)][0]
+                if block_sizes is None:  # the cp.async producer's own default tile
+                    br, bc, pv = default_tile(var, d, Sk)
         args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP))
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), ARCH_OPTIONS)
     if br == 64 and kern not in _CARVED:  # two blocks per SM: all of the unified L1 as shared memory
