@@ -22,14 +22,18 @@ DTYPES = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32)
 def as_cupy(x, name: str):
     """A CuPy view of ``x`` (CuPy array, DLPack or __cuda_array_interface__ object, e.g. a torch CUDA tensor).
 
-    A view whose byte strides are not whole elements (a reinterpreting ``.view`` of a byte array) is copied to a
-    contiguous array: the kernels index in elements."""
+    A view whose elements are not aligned to their size (byte strides that are not whole elements, or a start
+    address that is not a multiple of the item size: a reinterpreting ``.view`` of a byte array) is copied to a
+    contiguous array byte by byte: the kernels index in elements, and no kernel (CuPy's included) may load a
+    misaligned element."""
     import cupy
 
     if not isinstance(x, cupy.ndarray):
         x = _foreign(x, name)
-    if any(st % x.itemsize for st in x.strides):
-        x = cupy.ascontiguousarray(x)
+    it = x.itemsize
+    if x.size and (x.data.ptr % it or any(st % it for st in x.strides)):
+        raw = cupy.ndarray(x.shape + (it,), cupy.uint8, memptr=x.data, strides=x.strides + (1,))
+        x = cupy.ascontiguousarray(raw).view(x.dtype).reshape(x.shape)
     return x
 
 

@@ -136,3 +136,14 @@ def test_accepted_inputs_on_the_gpu(cp):
     ref = np.stack([np.frombuffer(cp.asnumpy(raw).tobytes()[r * 322: r * 322 + 256], np.float32) for r in range(4)])
     np.testing.assert_allclose(cp.asnumpy(cuflash.logsumexp(view, axis=-1)),
                                scipy.special.logsumexp(ref.astype(np.float64), axis=-1), rtol=1e-5)
+    # a start address that is not a multiple of the item size (whole-element strides): copied too
+    shifted = cp.ndarray((3, 64), np.float32, memptr=raw.data + 2, strides=(320, 4))
+    ref2 = np.stack([np.frombuffer(cp.asnumpy(raw).tobytes()[2 + r * 320: 2 + r * 320 + 256], np.float32)
+                     for r in range(3)])
+    np.testing.assert_allclose(cp.asnumpy(cuflash.softmax(shifted, axis=-1)),
+                               scipy.special.softmax(ref2.astype(np.float64), axis=-1), rtol=1e-5, atol=1e-7)
+    xn = cp.ndarray((2, 32), np.float32, memptr=raw.data + 2, strides=(320, 4))
+    refn = np.stack([np.frombuffer(cp.asnumpy(raw).tobytes()[2 + r * 320: 2 + r * 320 + 128], np.float32)
+                     for r in range(2)]).astype(np.float64)
+    want_n = (refn - refn.mean(-1, keepdims=True)) / np.sqrt(refn.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(cp.asnumpy(cuflash.layer_norm(xn, (32,))), want_n, rtol=1e-4, atol=1e-5)
