@@ -130,20 +130,25 @@ def test_accepted_inputs_on_the_gpu(cp):
     got = cuflash.logsumexp(a, axis=-1, b=ml_dtypes.bfloat16(2))
     want = scipy.special.logsumexp(cp.asnumpy(a), axis=-1, b=2.0)
     np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-6)
-    # byte strides that are not whole elements: copied, not floor-divided
-    raw = cp.asarray(np.random.default_rng(0).standard_normal((4, 80)).astype(np.float32)).view(cp.uint8)
-    view = cp.ndarray((4, 64), np.float32, memptr=raw.data, strides=(322, 4))  # rows 322 bytes apart
-    ref = np.stack([np.frombuffer(cp.asnumpy(raw).tobytes()[r * 322: r * 322 + 256], np.float32) for r in range(4)])
+    # misaligned float32 views of a byte buffer (known values placed at the byte offsets): copied, not
+    # floor-divided (byte strides that are not whole elements) and not loaded misaligned (a shifted start)
+    rng = np.random.default_rng()
+
+    def placed(rows, cols, offset, row_bytes):
+        vals = rng.standard_normal((rows, cols)).astype(np.float32) * 3
+        buf = rng.integers(0, 256, offset + rows * row_bytes + 16, dtype=np.uint8)
+        for r in range(rows):
+            buf[offset + r * row_bytes: offset + r * row_bytes + 4 * cols] = vals[r].view(np.uint8)
+        dev = cp.asarray(buf)
+        return cp.ndarray((rows, cols), np.float32, memptr=dev.data + offset, strides=(row_bytes, 4)), vals
+
+    view, vals = placed(4, 64, 0, 322)  # rows 322 bytes apart
     np.testing.assert_allclose(cp.asnumpy(cuflash.logsumexp(view, axis=-1)),
-                               scipy.special.logsumexp(ref.astype(np.float64), axis=-1), rtol=1e-5)
-    # a start address that is not a multiple of the item size (whole-element strides): copied too
-    shifted = cp.ndarray((3, 64), np.float32, memptr=raw.data + 2, strides=(320, 4))
-    ref2 = np.stack([np.frombuffer(cp.asnumpy(raw).tobytes()[2 + r * 320: 2 + r * 320 + 256], np.float32)
-                     for r in range(3)])
+                               scipy.special.logsumexp(vals.astype(np.float64), axis=-1), rtol=1e-5)
+    shifted, vals = placed(3, 64, 2, 320)  # whole-element strides, start 2 bytes past an element boundary
     np.testing.assert_allclose(cp.asnumpy(cuflash.softmax(shifted, axis=-1)),
-                               scipy.special.softmax(ref2.astype(np.float64), axis=-1), rtol=1e-5, atol=1e-7)
-    xn = cp.ndarray((2, 32), np.float32, memptr=raw.data + 2, strides=(320, 4))
-    refn = np.stack([np.frombuffer(cp.asnumpy(raw).tobytes()[2 + r * 320: 2 + r * 320 + 128], np.float32)
-                     for r in range(2)]).astype(np.float64)
-    want_n = (refn - refn.mean(-1, keepdims=True)) / np.sqrt(refn.var(-1, keepdims=True) + 1e-5)
+                               scipy.special.softmax(vals.astype(np.float64), axis=-1), rtol=1e-5, atol=1e-7)
+    xn, vals = placed(2, 32, 6, 322)
+    v64 = vals.astype(np.float64)
+    want_n = (v64 - v64.mean(-1, keepdims=True)) / np.sqrt(v64.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(cp.asnumpy(cuflash.layer_norm(xn, (32,))), want_n, rtol=1e-4, atol=1e-5)
