@@ -64,8 +64,7 @@ WS1_PRODUCER_REGS, WS1_CONSUMER_REGS = 24, 232
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
-    ("tma", 64): [(128, 128, 64), (64, 128, 64)],
-    ("tma", 128): [(128, 128, 64), (128, 128, 128), (64, 64, 64)],
+    ("tma", 64): [(128, 128, 64), (64, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -81,8 +80,7 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
     pp = "false" if variant == "ws_nopp" or Br == 64 else "true"
     tma = "true" if variant == "tma" else "false"
     regs = (WS1_PRODUCER_REGS, WS1_CONSUMER_REGS) if Br == 64 else (WS_PRODUCER_REGS, WS_CONSUMER_REGS)
-    return (f"cuflash::attention_fwd_sm90_ws<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}, "
-            f"{stages(head_dim, Br, Bc)}, {pp}, "
+    return (f"cuflash::attention_fwd_sm90_ws<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}, {WS_STAGES}, {pp}, "
             f"{regs[0]}, {regs[1]}, {tma}>")
 
 
@@ -90,16 +88,7 @@ def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int) -> int:
     """Q tile + the K and V stages (16-bit) + 1024 bytes to align the swizzle atoms (+ the mbarriers)."""
     if variant == "simple":
         return 2 * head_dim * (Br + 4 * Bc) + 1024
-    n = stages(head_dim, Br, Bc)
-    return 2 * head_dim * (Br + 2 * n * Bc) + 1024 + 16 * n
-
-
-def stages(head_dim: int, Br: int, Bc: int) -> int:
-    """K/V ring depth of the warp-specialised kernels: WS_STAGES, except 2 where three stages would not leave two
-    Br = 64 blocks per SM (head_dim 128: 2 x (16 KiB Q + 6 x 16 KiB K/V) > 227 KiB; two stages of Bc = 64: 81 KiB)."""
-    if Br == 64 and 2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES > 113 * 1024:
-        return 2
-    return WS_STAGES
+    return 2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES
 
 
 def threads(variant: str, Br: int) -> int:
