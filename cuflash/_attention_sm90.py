@@ -17,7 +17,8 @@ the fallback when K or V cannot be described by a tensor map: strides not multip
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
 (2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys the default
 is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
-and epilogue overlap the other's tile loop). Masking, tails, GQA, lse and the bottom-right causal/window convention are those of
+and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. Masking, tails, GQA, lse and the
+bottom-right causal/window convention are those of
 :mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
 in ``cuda_src/cuflash/tma.cuh``.
@@ -148,9 +149,12 @@ def kernel_head_dim(head_dim: int) -> int:
 # Short key sequences: blocks of few K/V tiles are bound by their prologue (Q load, first tile) and epilogue, which
 # two blocks per SM overlap. Measured on the H200 (experiments/results/logs/sm90_br64_ab_529c3fa.json, head_dim 64,
 # both dtypes, same run): Br = 64 is 0-10 % faster (4 % on average) than Br = 128 for seqlen 512-4K (causal
-# or not), 4-6 % slower at 16K.
+# or not), 4-6 % slower at 16K. At head_dim 128 the Br = 128 tile with one P·V wgmma over the whole head_dim
+# (pv_n = 128) is 1-2 % faster than pv_n = 64 at 512-4K, causal or not, and 6-7 % slower at 16K; a Br = 64,
+# Bc = 64 two-stage tile (two blocks per SM) was up to 32 % slower (equal only at 512 causal)
+# (experiments/results/logs/sm90_d128_ab_ebe4978.json, bfloat16, same run).
 SHORT_SEQLEN_K = 4096
-SHORT_TILES = {("tma", 64): (64, 128, 64)}
+SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128)}
 
 
 def default_tile(variant: str, head_dim: int, seqlen_k: int) -> tuple[int, int, int]:
