@@ -168,46 +168,32 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       else ss = fmaf(h, h, ss);
     };
 
-    // The chunks held in registers. Each chunk sums into its own partial, added up at the end: NV short
-    // dependency chains instead of one of NV * VEC additions (float additions are not reassociated by the
-    // compiler; one long chain left the 16-bit LayerNorm latency-bound).
     if (KIND == LAYER) {
-      // this thread's exact (count, mean, M2), two passes over its registers (one division per row instead of
-      // a Chan merge per vector); later chunks are merged vector by vector
-      float part[NV], cnt = 0.f;
+      // the chunks held in registers: this thread's exact (count, mean, M2), two passes over its registers
+      // (one division per row instead of a Chan merge per vector); later chunks are merged vector by vector
+      float sum = 0.f, cnt = 0.f;
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        part[k] = 0.f;
+      for (int k = 0; k < NV; ++k)
         if (k * G + t < rs.body) {
           const V a = opaque(reg[k]);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) part[k] += to_float(a.v[i]);
+          for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
           cnt += (float)VEC;
         }
-      }
-      const float m = cnt > 0.f ? __fdividef(tree_sum<NV>(part), cnt) : 0.f;
+      const float m = cnt > 0.f ? __fdividef(sum, cnt) : 0.f;
+      float m2 = 0.f;
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        part[k] = 0.f;
+      for (int k = 0; k < NV; ++k)
         if (k * G + t < rs.body) {
           const V a = opaque(reg[k]);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; part[k] = fmaf(d, d, part[k]); }
+          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; m2 = fmaf(d, d, m2); }
         }
-      }
-      st = Welford{cnt, m, tree_sum<NV>(part)};
+      st = Welford{cnt, m, m2};
     } else {
-      float part[NV];
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        part[k] = 0.f;
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float f = to_float(a.v[i]); part[k] = fmaf(f, f, part[k]); }
-        }
-      }
-      ss = tree_sum<NV>(part);
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) stats_vec(reg[k]);
     }
 
     // chunks beyond the registers: shared memory while it lasts, else re-read in pass 2
@@ -389,9 +375,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
 
     // ---- statistics (and h = x + residual, stored to HBM and back into the x slot)
     Welford wst = Welford::identity();
-    float ssv[VEC];  // RMSNorm: one partial sum of squares per vector lane (VEC short chains, added at the end)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) ssv[i] = 0.f;
+    float ss = 0.f;
 #pragma unroll 4
     for (int k = 0; k < nvr; ++k) {
       const int v = k * G + t;
@@ -411,11 +395,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
           welford_push_vec<VEC>(wst, f);
         } else {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) ssv[i] = fmaf(f[i], f[i], ssv[i]);
+          for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
         }
       }
     }
-    const float ss = tree_sum<VEC>(ssv);
     float mu = 0.f, rstd;
     if (KIND == LAYER) {
       wst = WARP ? warp_allreduce<32>(wst, WelfordOp()) : block_allreduce(wst, WelfordOp(), red_w);

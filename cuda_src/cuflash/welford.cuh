@@ -57,22 +57,6 @@ template <int N> __device__ __forceinline__ void welford_push_vec(Welford& s, co
   s = welford_merge(s, Welford{(float)N, m, m2});
 }
 
-// The sum of N partial sums as a balanced tree (pairs, then pairs of pairs): log2(N) dependent additions, in a
-// fixed order. Threads keep several partials so that their accumulations are independent dependency chains.
-template <int N> __device__ __forceinline__ float tree_sum(const float (&p)[N]) {
-  if constexpr (N == 1) {
-    return p[0];
-  } else {
-    constexpr int H = N / 2;
-    float a[H], b[N - H];
-#pragma unroll
-    for (int i = 0; i < H; ++i) a[i] = p[i];
-#pragma unroll
-    for (int i = 0; i < N - H; ++i) b[i] = p[H + i];
-    return tree_sum<H>(a) + tree_sum<N - H>(b);
-  }
-}
-
 // Plain float sums (RMSNorm's sum of squares; the backward's two row sums).
 struct Sum1 {
   float a;
