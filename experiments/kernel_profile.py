@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     # every call's inputs are made in the setup (outside the profiled range), each in its own namespace E[i]
     setup = SETUP + "E = []\n" + "".join(f"E.append({{}})\nexec({s!r}, globals(), E[-1])\n" for _, s, _ in todo)
     res = ncu.measure_many(setup, [f"eval({c!r}, globals(), E[{i}])" for i, (_, _, c) in enumerate(todo)],
-                           kernel_regex=None, metrics=METRICS, timeout=a.timeout)
+                           metrics=METRICS, timeout=a.timeout)  # every kernel of a call (no name filter)
     rows = []
     for (label, _, _), r in zip(todo, res):
         if r["error"]:
