@@ -41,6 +41,20 @@ __device__ __forceinline__ bool visible(int i, int j, int Sq, int Sk, int shift,
   return i < Sq && j < Sk && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
 }
 
+// Every (query, key) of queries [i0, i0 + ni) x keys [j0, j0 + nj) is visible (no tail, no mask edge): the
+// tile's P needs no per-entry mask (the visible() tests were most of the softmax step's instructions).
+__device__ __forceinline__ bool tile_visible(int i0, int ni, int j0, int nj, int Sq, int Sk, int shift, int left,
+                                             int right) {
+  return i0 + ni <= Sq && j0 + nj <= Sk && (right < 0 || j0 + nj - 1 <= i0 + shift + right) &&
+         (left < 0 || j0 >= i0 + ni - 1 + shift - left);
+}
+
+// exp(x * scale - lse) as exp2(x * scale·log2e - lse·log2e): one FFMA and one MUFU.EX2 per entry (lse·log2e is
+// what the kernels keep in shared memory or registers; +inf, an empty row's lse_safe, still gives 0).
+__device__ __forceinline__ float exp_shifted(float x, float scale_log2, float lse_log2) {
+  return exp2f(fmaf(x, scale_log2, -lse_log2));
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // version 1: Delta = rowsum(dO o O), lse_safe, zero the dQ accumulator. One warp per row (b, h, i).
 template <typename T>
@@ -206,6 +220,7 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
   const int hk = blockIdx.y, b = blockIdx.z;
   const int group = Hq / Hkv;
   const int shift = Sk - Sq;
+  const float scale_log2 = scale * LOG2E;
 
   // Query rows that see at least one key of [j0, j1).
   const int j1 = min(j0 + BC, Sk);
@@ -229,7 +244,7 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
     const i64 rb = ((i64)b * Hq + h) * Sq;
     for (int r = tid; r < BM; r += NTHREADS) {
       const int i = i0 + r;
-      sLse[r] = i < Sq ? lse_safe[rb + i] : INFINITY;
+      sLse[r] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;  // lse·log2e (exp_shifted)
       sDelta[r] = i < Sq ? delta[rb + i] : 0.f;
     }
   };
@@ -245,18 +260,30 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
     cp_async_wait<0>();
     __syncthreads();
 
-    // S^T = K_w Q^T (16 keys x 64 queries), P^T = exp(S^T * scale - lse) (masked -> 0).
+    // S^T = K_w Q^T (16 keys x 64 queries), P^T = exp(S^T * scale - lse) (masked -> 0). Entry (n, e) of this
+    // thread is key wr*16 + g + (e >> 1) * 8, query n*8 + 2t + (e & 1): the lse (and Delta) of its pair of
+    // queries is one 8-byte shared load.
     float s[NQ][4];
     zero_acc<T, NQ>(s);
     gemm_xyT<T, HD, NQ, LD>(s, sK, wr * 16, sQ, 0);
+    if (tile_visible(i0, BM, j0, BC, Sq, Sk, shift, left, right)) {
 #pragma unroll
-    for (int n = 0; n < NQ; ++n) {
+      for (int n = 0; n < NQ; ++n) {
+        const float2 l2 = *reinterpret_cast<const float2*>(sLse + n * 8 + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int jl = wr * 16 + g + (e >> 1) * 8;
-        const int il = n * 8 + 2 * t + (e & 1);
-        const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
-        s[n][e] = ok ? exp2f((s[n][e] * scale - sLse[il]) * LOG2E) : 0.f;
+        for (int e = 0; e < 4; ++e) s[n][e] = exp_shifted(s[n][e], scale_log2, (e & 1) ? l2.y : l2.x);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < NQ; ++n) {
+        const float2 l2 = *reinterpret_cast<const float2*>(sLse + n * 8 + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int jl = wr * 16 + g + (e >> 1) * 8;
+          const int il = n * 8 + 2 * t + (e & 1);
+          const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
+          s[n][e] = ok ? exp_shifted(s[n][e], scale_log2, (e & 1) ? l2.y : l2.x) : 0.f;
+        }
       }
     }
     // dP^T = V_w dO^T; dS^T = P^T o (dP^T - Delta).
@@ -265,11 +292,9 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
     gemm_xyT<T, HD, NQ, LD>(dp, sV, wr * 16, sdO, 0);
 #pragma unroll
     for (int n = 0; n < NQ; ++n) {
+      const float2 d2 = *reinterpret_cast<const float2*>(sDelta + n * 8 + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = n * 8 + 2 * t + (e & 1);
-        dp[n][e] = s[n][e] * (dp[n][e] - sDelta[il]);
-      }
+      for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - ((e & 1) ? d2.y : d2.x));
     }
     uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
     acc_to_a<T, NQ>(pa, s);
@@ -373,6 +398,7 @@ __global__ void __launch_bounds__(128 * WN) bwd_dq(
   const int h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (Hq / Hkv);
   const int shift = Sk - Sq;
+  const float scale_log2 = scale * LOG2E;
 
   const int i1 = min(i0 + BM, Sq);
   const long long jlo_ll = left < 0 ? 0 : max(0ll, (long long)i0 + shift - left);
@@ -385,7 +411,7 @@ __global__ void __launch_bounds__(128 * WN) bwd_dq(
   const i64 rb = ((i64)b * Hq + h) * Sq;
   for (int r = tid; r < BM; r += NTHREADS) {
     const int i = i0 + r;
-    sLse[r] = i < Sq ? lse_safe[rb + i] : INFINITY;
+    sLse[r] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;  // lse·log2e (exp_shifted)
     sDelta[r] = i < Sq ? delta[rb + i] : 0.f;
   }
   const T* kg = k + (i64)b * k_sb + (i64)hk * k_sh;
@@ -412,14 +438,22 @@ __global__ void __launch_bounds__(128 * WN) bwd_dq(
     float s[NK][4];
     zero_acc<T, NK>(s);
     gemm_xyT<T, HD, NK, LD>(s, sQ, wr * 16, sK, 0);
+    if (tile_visible(i0, BM, j0, BM, Sq, Sk, shift, left, right)) {
 #pragma unroll
-    for (int n = 0; n < NK; ++n) {
+      for (int n = 0; n < NK; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = wr * 16 + g + (e >> 1) * 8;
-        const int jl = n * 8 + 2 * t + (e & 1);
-        const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
-        s[n][e] = ok ? exp2f((s[n][e] * scale - L[e >> 1]) * LOG2E) : 0.f;
+        for (int e = 0; e < 4; ++e) s[n][e] = exp_shifted(s[n][e], scale_log2, L[e >> 1]);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < NK; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int il = wr * 16 + g + (e >> 1) * 8;
+          const int jl = n * 8 + 2 * t + (e & 1);
+          const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
+          s[n][e] = ok ? exp_shifted(s[n][e], scale_log2, L[e >> 1]) : 0.f;
+        }
       }
     }
     float dp[NK][4];
