@@ -78,7 +78,7 @@ __device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bo
 // reduced with shuffles only (no block barrier, no shared memory). Otherwise a block of G = blockDim.x threads
 // per row. Grid-stride over rows (any row count). MINB: the blocks per SM the launch bounds promise (registers
 // per thread <= 65536 / (MINB * blockDim)), which decides how many chunks' weights (NH) fit in registers.
-template <typename T, typename W, int KIND, int NV, int NH, int MINB, bool RES, bool WARP>
+template <typename T, typename W, int KIND, int NV, int NH, int MINB, bool RES, bool WARP, bool TWO_PASS>
 __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -168,7 +168,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       else ss = fmaf(h, h, ss);
     };
 
-    if (KIND == LAYER) {
+    // A row held entirely in registers (LayerNorm): two plain sums, the mean from the first and the sum of
+    // squared deviations from it in the second, both over the registers (the exact two-pass formula; below).
+    constexpr bool two_pass = KIND == LAYER && TWO_PASS;  // the launch guarantees nchunks <= NV
+    if (KIND == LAYER && !two_pass) {
       // the chunks held in registers: this thread's exact (count, mean, M2), two passes over its registers
       // (one division per row instead of a Chan merge per vector); later chunks are merged vector by vector
       float sum = 0.f, cnt = 0.f;
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
           for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; m2 = fmaf(d, d, m2); }
         }
       st = Welford{cnt, m, m2};
-    } else {
+    } else if (KIND == RMS) {
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (k * G + t < rs.body) stats_vec(reg[k]);
@@ -226,11 +229,38 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       }
       return h;
     };
-    if (do_head) { h_head = load_one(col_head); stats_one(h_head); }
-    if (do_tail) { h_tail = load_one(col_tail); stats_one(h_tail); }
+    if (do_head) { h_head = load_one(col_head); if (!two_pass) stats_one(h_head); }
+    if (do_tail) { h_tail = load_one(col_tail); if (!two_pass) stats_one(h_tail); }
 
     float mu = 0.f, rstd;
-    if (KIND == LAYER) {
+    if (two_pass) {
+      // Welford/Chan merges cost three shuffles and a division per level, and ran this memory-bound kernel at
+      // 0.71-0.74 of the copy bandwidth on the H200 (bf16); two plain sums, with the weights loaded per chunk
+      // (HOLD off for 16-bit LayerNorm, fewer registers, more rows in flight) reach 0.92-0.95 in the same
+      // probe (experiments/results/logs/ln_probe_e0db513.json). Exact two-pass, so never E[x^2] - E[x]^2.
+      float sum = (do_head ? h_head : 0.f) + (do_tail ? h_tail : 0.f);
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
+        }
+      sum = (WARP ? warp_allreduce<32>(Sum1{sum}, Sum1Op()) : block_allreduce(Sum1{sum}, Sum1Op(), red_s)).a;
+      mu = sum / (float)hidden;
+      float q = 0.f;
+      if (do_head) q = (h_head - mu) * (h_head - mu);
+      if (do_tail) q = fmaf(h_tail - mu, h_tail - mu, q);
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - mu; q = fmaf(d, d, q); }
+        }
+      q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
+      rstd = rsqrtf(q / (float)hidden + eps);
+    } else if (KIND == LAYER) {
       st = WARP ? warp_allreduce<32>(st, WelfordOp()) : block_allreduce(st, WelfordOp(), red_w);
       mu = st.mean;
       float var = st.m2 / st.n;

@@ -66,10 +66,12 @@ def _nv_warp(dt):
 # kernel's __launch_bounds__, which are those the kernel had before NH (so its occupancy is unchanged):
 # LayerNorm's two arrays leave room for few chunks, RMSNorm's one for all (float32 warp path: 4 of its 8).
 # Keyed by (kind, residual, warp path); values for float32, 16-bit with 16-bit weights, 16-bit with float32
-# weights. tests/test_compile.py checks that none spills.
+# weights. tests/test_compile.py checks that none spills. 16-bit LayerNorm without residual holds none: its
+# weights and bias loaded per chunk leave it fewer registers and more rows in flight, 0.92-0.95 of the copy
+# bandwidth in a probe on the H200 against 0.71-0.74 holding one chunk (logs/ln_probe_e0db513.json).
 _HELD_FWD = {
-    (LAYER, False, False): (2, 1, 0), (LAYER, False, True): (1, 1, 1),
-    (LAYER, True, False): (4, 4, 2), (LAYER, True, True): (2, 3, 1),
+    (LAYER, False, False): (2, 0, 0), (LAYER, False, True): (1, 0, 0),
+    (LAYER, True, False): (4, 4, 2), (LAYER, True, True): (2, 2, 1),
     (RMS, False, False): (4, 4, 3), (RMS, False, True): (4, 4, 3),
     (RMS, True, False): (4, 4, 4), (RMS, True, True): (4, 4, 4),
 }
@@ -96,7 +98,9 @@ def _stream_held(dt, wdt, kind, warp=False):
     return min(8, (32 if warp else 64) // regs)
 
 
-def _fwd_name(dt, wdt, kind, res=False, warp=False):
+def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None):
+    """``two_pass`` (LayerNorm): the row is held entirely in registers (nchunks <= NV; always on the warp path),
+    so its statistics are two plain sums instead of Welford/Chan merges; None = the warp path's value."""
     b = lambda v: "true" if v else "false"  # noqa: E731
     nv = _nv_warp(dt) if warp else NV
     # blocks per SM promised by the launch bounds (as before NH): on the block path two 512-thread blocks at
@@ -106,8 +110,9 @@ def _fwd_name(dt, wdt, kind, res=False, warp=False):
     nh = _held(_HELD_FWD[(kind, bool(res), bool(warp))], dt, wdt)
     if HOLD == "all":
         nh, minb = nv, (2 if warp else 1)
+    two_pass = kind == LAYER and (warp if two_pass is None else (warp or two_pass))
     return (f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nv}, {nh}, {minb}, "
-            f"{b(res)}, {b(warp)}>")
+            f"{b(res)}, {b(warp)}, {b(two_pass)}>")
 
 
 def _stream_name(dt, wdt, kind, res=False, warp=False):
@@ -133,6 +138,8 @@ def _declare():
             for kind in (LAYER, RMS):
                 names += [f(dt, wdt, kind, res, warp) for f in (_fwd_name, _stream_name)
                           for res in (False, True) for warp in (False, True)]
+                if kind == LAYER:  # block path, row in registers
+                    names += [_fwd_name(dt, wdt, kind, res, False, True) for res in (False, True)]
                 names.append(_bwd_name(dt, wdt, kind))
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
@@ -267,7 +274,7 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
         else:
             G, nchunks, smem_chunks = _geometry(dt.itemsize, hidden, budget, FWD_MAX_THREADS)
             rpb = 1
-        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp))
+        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp, nchunks <= NV))
         smem = smem_chunks * G * 16
         cap = 1 << 22
         if FWD_WAVES > 0:

@@ -32,7 +32,9 @@ from cuflash import bench, norm, traffic  # noqa: E402
 
 FWD_KNOBS = ("STREAM", "STREAM_MIN_VECS", "STREAM_VECS_PER_THREAD", "WARP_ROWS", "FWD_MAX_THREADS")
 FWD_SETTINGS = [(False, 0, 4, 8, 512), (False, 0, 4, 8, 256), (True, 0, 4, 8, 512), (True, 0, 8, 8, 512),
-                (True, 0, 2, 8, 512)]
+                (True, 0, 2, 8, 512),
+                # the warp-per-row path with fewer rows (warps) per block: more, smaller blocks per SM
+                (False, 0, 4, 4, 512), (False, 0, 4, 2, 512), (False, 0, 4, 1, 512)]
 BWD_SETTINGS = [512, 256, 128]
 
 
