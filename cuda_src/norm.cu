@@ -17,7 +17,8 @@
 //
 // Kernels (templates over T in {float, __half, __nv_bfloat16}, W (weight/bias type) in {float, T}, KIND, NH, and
 // for the forward RES, the fused residual add):
-//   norm_fwd     statistics (Welford/Chan for LayerNorm, float32 sum of squares for RMSNorm) + normalise
+//   norm_fwd     statistics (LayerNorm: two-pass over registers when the row fits them, else Welford/Chan;
+//                RMSNorm: float32 sum of squares) + normalise
 //   norm_bwd     dx per row from two row sums; dweight/dbias partial column sums per block (in shared memory
 //                when they fit, else in the block's own workspace row), written to a [nblocks, hidden] float32
 //                workspace — no atomics; rows are assigned to blocks in a fixed order

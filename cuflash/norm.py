@@ -4,9 +4,11 @@ Normalisation is memory-bound, so each kernel makes one pass over HBM per row: t
 ``h = x + residual``) is loaded once, kept on chip (registers, then shared memory; re-read from L2 only for
 rows beyond ~100K elements), reduced to its statistics and written once; the weights (backward: also the
 dweight/dbias partial sums) stay in registers across the rows a thread handles, as far as registers allow
-(``HOLD``). The statistics are float32 whatever the input dtype: LayerNorm uses Welford's running (count,
-mean, M2) merged across lanes, warps and blocks with Chan, Golub & LeVeque's pairwise formula (never
-E[x^2] - E[x]^2), RMSNorm accumulates x^2 in float32 (float16 x^2 overflows above |x| ~ 256).
+(``HOLD``). The statistics are float32 whatever the input dtype, never E[x^2] - E[x]^2: LayerNorm rows held
+entirely in registers take the exact two-pass formula (the mean from one block sum, then the sum of squared
+deviations from it over the same registers); longer rows use Welford's running (count, mean, M2) merged across
+lanes, warps and blocks with Chan, Golub & LeVeque's pairwise formula; RMSNorm accumulates x^2 in float32
+(float16 x^2 overflows above |x| ~ 256).
 
 - LayerNorm: Ba, Kiros & Hinton, "Layer Normalization" (2016): ``y = (h - mean) / sqrt(var + eps) * w + b``
   with the biased variance, as ``torch.nn.functional.layer_norm``.
@@ -346,8 +348,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
 
     ``y = (h - mean) * rstd * weight + bias`` with ``h = x`` (or ``h = x + residual`` rounded to ``x.dtype``),
     ``mean`` and the biased variance ``var`` over the normalised dims, ``rstd = 1 / sqrt(max(var, 0) + eps)``.
-    LayerNorm of Ba et al. 2016 (as ``torch.nn.functional.layer_norm``); the float32 statistics are Welford
-    1962 running updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque).
+    LayerNorm of Ba et al. 2016 (as ``torch.nn.functional.layer_norm``); the float32 statistics are the two-pass
+    formula (mean, then squared deviations from it) for rows held in registers, else Welford 1962 running
+    updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque).
 
     Args:
         x: CuPy array ``(..., *normalized_shape)``, float32 / float16 / bfloat16 (any strides; copied to
