@@ -35,7 +35,7 @@ NV = 4          # 16-byte vectors per thread kept in registers (norm_fwd / norm_
 NV_WARP_BYTES = 128  # bytes per lane on the forward's warp-per-row path: rows of up to 4 KiB (1024 float32 or
                     # 2048 16-bit values would spill: 16-bit rows take 64 bytes a lane, up to 1024 values)
 WARP_ROWS = 2   # rows (warps) per block on the forward's warp-per-row path (at most 8). 2 (64 threads): bf16
-                # LayerNorm 1K at 0.88 of copy against 0.81 with 8 (norm_tune at f48e99e; 4K and up: block path)
+                # LayerNorm 1K at 0.88 of copy against 0.81 with 8 (norm_tune at f48e99e; 2K and up: block path)
 FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
 STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
 STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
@@ -350,7 +350,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
     ``mean`` and the biased variance ``var`` over the normalised dims, ``rstd = 1 / sqrt(max(var, 0) + eps)``.
     LayerNorm of Ba et al. 2016 (as ``torch.nn.functional.layer_norm``); the float32 statistics are the two-pass
     formula (mean, then squared deviations from it) for rows held in registers, else Welford 1962 running
-    updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque).
+    updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque). Float32 statistics
+    overflow once |h - mean| exceeds ~1.8e19 (the squared deviations; torch's do too) or, for rows in
+    registers, once the row sum exceeds ~3.4e38 (|h| ~ 3.4e38 / hidden): y is then the bias (as torch's) in
+    the first case, NaN in the second.
 
     Args:
         x: CuPy array ``(..., *normalized_shape)``, float32 / float16 / bfloat16 (any strides; copied to
