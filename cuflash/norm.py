@@ -35,7 +35,7 @@ NV = 4          # 16-byte vectors per thread kept in registers (norm_fwd / norm_
 NV_WARP_BYTES = 128  # bytes per lane on the forward's warp-per-row path: rows of up to 4 KiB (1024 float32 or
                     # 2048 16-bit values would spill: 16-bit rows take 64 bytes a lane, up to 1024 values)
 WARP_ROWS = 2   # rows (warps) per block on the forward's warp-per-row path (at most 8). 2 (64 threads): bf16
-                # LayerNorm 1K at 0.88 of copy against 0.81 with 8 (norm_tune at f48e99e; 4K and up: block path)
+                # LayerNorm 1K at 0.88 of copy against 0.81 with 8 (norm_tune at f48e99e; 2K and up: block path)
 FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
 STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
 STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
@@ -101,9 +101,11 @@ def _stream_held(dt, wdt, kind, warp=False):
     return min(8, (32 if warp else 64) // regs)
 
 
-def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None):
+def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False):
     """``two_pass`` (LayerNorm): the row is held entirely in registers (nchunks <= NV; always on the warp path),
-    so its statistics are two plain sums instead of Welford/Chan merges; None = the warp path's value."""
+    so its statistics are two plain sums instead of Welford/Chan merges; None = the warp path's value.
+    ``aligned`` (two-pass LayerNorm only): hidden is a multiple of the 16-byte vector, so every row starts on one
+    (the wrapper aligns the base pointers): the kernel without head/tail scalars or scalar weight loads."""
     b = lambda v: "true" if v else "false"  # noqa: E731
     nv = _nv_warp(dt) if warp else NV
     # blocks per SM promised by the launch bounds (as before NH): on the block path two 512-thread blocks at
@@ -115,7 +117,7 @@ def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None):
         nh, minb = nv, (2 if warp else 1)
     two_pass = kind == LAYER and (warp if two_pass is None else (warp or two_pass))
     return (f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nv}, {nh}, {minb}, "
-            f"{b(res)}, {b(warp)}, {b(two_pass)}>")
+            f"{b(res)}, {b(warp)}, {b(two_pass)}, {b(two_pass and aligned)}>")
 
 
 def _stream_name(dt, wdt, kind, res=False, warp=False):
@@ -141,8 +143,10 @@ def _declare():
             for kind in (LAYER, RMS):
                 names += [f(dt, wdt, kind, res, warp) for f in (_fwd_name, _stream_name)
                           for res in (False, True) for warp in (False, True)]
-                if kind == LAYER:  # block path, row in registers
-                    names += [_fwd_name(dt, wdt, kind, res, False, True) for res in (False, True)]
+                if kind == LAYER:  # block path, row in registers; both paths' aligned two-pass kernels
+                    names += [_fwd_name(dt, wdt, kind, res, warp, True, aligned)
+                              for res in (False, True) for warp in (False, True) for aligned in (False, True)
+                              if aligned or not warp]
                 names.append(_bwd_name(dt, wdt, kind))
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
@@ -277,7 +281,8 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
         else:
             G, nchunks, smem_chunks = _geometry(dt.itemsize, hidden, budget, FWD_MAX_THREADS)
             rpb = 1
-        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp, nchunks <= NV))
+        aligned = hidden % (16 // dt.itemsize) == 0  # every base pointer is 16-byte aligned (_forward)
+        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp, nchunks <= NV, aligned))
         smem = smem_chunks * G * 16
         cap = 1 << 22
         if FWD_WAVES > 0:
@@ -350,7 +355,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
     ``mean`` and the biased variance ``var`` over the normalised dims, ``rstd = 1 / sqrt(max(var, 0) + eps)``.
     LayerNorm of Ba et al. 2016 (as ``torch.nn.functional.layer_norm``); the float32 statistics are the two-pass
     formula (mean, then squared deviations from it) for rows held in registers, else Welford 1962 running
-    updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque).
+    updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque). Float32 statistics
+    overflow once |h - mean| exceeds ~1.8e19 (the squared deviations; torch's do too) or, for rows in
+    registers, once the row sum exceeds ~3.4e38 (|h| ~ 3.4e38 / hidden): y is then the bias (as torch's) in
+    the first case, NaN in the second.
 
     Args:
         x: CuPy array ``(..., *normalized_shape)``, float32 / float16 / bfloat16 (any strides; copied to

@@ -229,8 +229,47 @@ def test_every_kernel_is_declared():
                     for warp in (False, True):
                         assert norm._fwd_name(dt, wdt, kind, res, warp) in names
                         assert norm._stream_name(dt, wdt, kind, res, warp) in names
+                    assert norm._fwd_name(dt, wdt, kind, res, False, True) in names  # block path, two-pass
+                    for warp in (False, True):  # rows of whole vectors
+                        assert norm._fwd_name(dt, wdt, kind, res, warp, True, True) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
         assert norm._red_name(dt) in names
+
+
+def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
+    """The register forward's TWO_PASS flag (LayerNorm statistics as two plain sums) ignores chunks beyond the
+    NV register chunks, so a launch must never pair it with nchunks > NV; RMSNorm never takes it; every kernel a
+    launch asks for is declared. Plans only (no device): get_kernel and the device queries are stubbed."""
+    import re
+
+    from cuflash import _compile
+
+    declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
+    asked = []
+    monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): asked.append(name) or name)
+    monkeypatch.setattr(_compile, "max_shared_optin", lambda dev: 227 * 1024)
+    monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
+    monkeypatch.setattr(norm, "_FWD_CFG", {})
+    pattern = re.compile(r"norm_fwd<[^,]+, [^,]+, \d, (\d+), \d+, \d+, \w+, \w+, (\w+), (\w+)>")
+    hiddens = list(range(1, 1100, 7)) + [2047, 2048, 4096, 8191, 8192, 16384, 16392, 32768, 65537, 1 << 20]
+    two_pass = 0
+    for dt in DTYPES:
+        for wdt in norm._wtypes(dt):
+            for kind in (norm.LAYER, norm.RMS):
+                for res in (False, True):
+                    for hidden in hiddens:
+                        plan = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
+                        if plan.stream:
+                            continue
+                        name = asked[-1]
+                        assert name in declared, name
+                        nv, tp, aligned = pattern.search(name).groups()
+                        assert aligned == "false" or (tp == "true" and hidden % (16 // np.dtype(dt).itemsize) == 0)
+                        if tp == "true":
+                            two_pass += 1
+                            assert kind == norm.LAYER and plan.nchunks <= int(nv), (name, hidden, plan.nchunks)
+    assert two_pass > 0
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ METRICS = ("gpu__time_duration.sum", "sm__pipe_tensor_op_hmma_cycles_active.avg.
            "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
            "l1tex__throughput.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum",
            "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
-           "smsp__inst_executed_op_ldsm.sum", "smsp__inst_executed_op_shared_ld.sum", "smsp__inst_executed_op_shared_st.sum",
+           "smsp__inst_executed_op_ldsm.sum", "smsp__inst_executed_op_shared_ld.sum",
+           "smsp__inst_executed_op_shared_st.sum",
            "launch__registers_per_thread", "launch__block_size", "launch__grid_size",
            "launch__shared_mem_per_block_dynamic", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
            r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio")
@@ -27,15 +28,19 @@ tdo = torch.randn_like(to)
 def tb():
     torch.autograd.grad(to, (tq, tk, tv), tdo, retain_graph=True)
 """
-res = ncu.measure_many(SETUP, ["cuflash.attention_backward(do, q, k, v, out, lse)", "tb()"], metrics=METRICS, timeout=300)
+res = ncu.measure_many(SETUP, ["cuflash.attention_backward(do, q, k, v, out, lse)", "tb()"], metrics=METRICS,
+                       timeout=300)
 rows = []
 for name, r in zip(("cuflash", "torch_flash"), res):
     if r["error"]:
         print(name, "ERROR", r["error"][:500]); continue
     for ln in r["launches"]:
         m = ln.get("metrics", {})
-        st = sorted(((k[34:-32], v) for k, v in m.items() if "issue_stalled" in k), key=lambda kv: -kv[1])[:6]
-        row = {"impl": name, "kernel": ln.get("kernel", "")[:110], **{k: v for k, v in m.items() if "stalled" not in k}, "stalls": st}
+        pre, suf = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+        st = sorted(((k.removeprefix(pre).removesuffix(suf), v) for k, v in m.items() if "issue_stalled" in k),
+                    key=lambda kv: -kv[1])[:6]
+        row = {"impl": name, "kernel": ln.get("kernel", "")[:110],
+               **{k: v for k, v in m.items() if "stalled" not in k}, "stalls": st}
         rows.append(row)
         print(json.dumps(row))
 json.dump(rows, open(os.path.join(os.environ.get("OUT", "/tmp"), "bwd_prof.json"), "w"), indent=1)

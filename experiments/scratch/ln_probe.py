@@ -37,7 +37,10 @@ __global__ void __launch_bounds__(NT * ROWS) ln_probe(const bf* __restrict__ x, 
   V wr[VPT], br[VPT];
   if (HOLDW) {
     #pragma unroll
-    for (int k = 0; k < VPT; ++k) { const int v = k * NT + t; if (v < nvec) { wr[k] = V::load(w + v * 8); br[k] = V::load(b + v * 8); } }
+    for (int k = 0; k < VPT; ++k) {
+      const int v = k * NT + t;
+      if (v < nvec) { wr[k] = V::load(w + v * 8); br[k] = V::load(b + v * 8); }
+    }
   }
   for (long long row = (long long)blockIdx.x * ROWS + g; row < rows; row += (long long)gridDim.x * ROWS) {
     const bf* xr = x + row * hidden; bf* yr = y + row * hidden;
@@ -46,7 +49,10 @@ __global__ void __launch_bounds__(NT * ROWS) ln_probe(const bf* __restrict__ x, 
     for (int k = 0; k < VPT; ++k) { const int v = k * NT + t; if (v < nvec) a[k] = V::load(xr + v * 8); }
     if (!HOLDW && MODE != 2) {
       #pragma unroll
-      for (int k = 0; k < VPT; ++k) { const int v = k * NT + t; if (v < nvec) { wr[k] = V::load(w + v * 8); br[k] = V::load(b + v * 8); } }
+      for (int k = 0; k < VPT; ++k) {
+        const int v = k * NT + t;
+        if (v < nvec) { wr[k] = V::load(w + v * 8); br[k] = V::load(b + v * 8); }
+      }
     }
     float s = 0.f;
     #pragma unroll
@@ -86,7 +92,8 @@ __global__ void __launch_bounds__(NT * ROWS) ln_probe(const bf* __restrict__ x, 
       if (MODE == 2 && !HOLDW) { wr[k] = V::load(w + v * 8); br[k] = V::load(b + v * 8); }
       V o;
       #pragma unroll
-      for (int i = 0; i < 8; ++i) o.v[i] = from_float<bf>(fmaf((to_float(a[k].v[i]) - mean) * rstd, to_float(wr[k].v[i]), to_float(br[k].v[i])));
+      for (int i = 0; i < 8; ++i)
+        o.v[i] = from_float<bf>(fmaf((to_float(a[k].v[i]) - mean) * rstd, to_float(wr[k].v[i]), to_float(br[k].v[i])));
       o.store(yr + v * 8);
     }
     if (MODE == 2) asm volatile("" ::: "memory"); }
@@ -114,7 +121,8 @@ def main():
             x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.).to(tl.float32)
             mean = tl.sum(x, 0) / n_cols; d = tl.where(mask, x - mean, 0.)
             r = tl.rsqrt(tl.sum(d * d, 0) / n_cols + eps)
-            w = tl.load(w_ptr + offs, mask=mask, other=0.).to(tl.float32); b = tl.load(b_ptr + offs, mask=mask, other=0.).to(tl.float32)
+            w = tl.load(w_ptr + offs, mask=mask, other=0.).to(tl.float32)
+            b = tl.load(b_ptr + offs, mask=mask, other=0.).to(tl.float32)
             tl.store(y_ptr + row * n_cols + offs, (d * r * w + b).to(y_ptr.dtype.element_ty), mask=mask)
         tri = ln_k
     n = 1 << 30
@@ -133,7 +141,8 @@ def main():
         by = 2 * x.nbytes
         def rec(name, ms, err):
             g = by / ms / 1e6
-            out["rows"].append({"hidden": H, "impl": name, "GBps": g, "frac_copy": g / copy_gbps, "max_abs_vs_cuflash": err})
+            out["rows"].append({"hidden": H, "impl": name, "GBps": g, "frac_copy": g / copy_gbps,
+                                "max_abs_vs_cuflash": err})
             print(f"{H:6d} {name:28s} {g:7.0f} GB/s {g / copy_gbps:.3f} err {err:.3g}")
         t = bench.time_cuda(lambda: layer_norm(x, (H,), w, b), rep=30)
         rec("cuflash", t["median_ms"], 0.0)
@@ -155,7 +164,8 @@ def main():
                     t = bench.time_cuda(f, rep=30)
                     rec(f"probe vpt{v} nt{nt} r{r} hold{h} mode{mode} {grid_kind}", t["median_ms"], err)
         if tri is not None:
-            tx = torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16); tw = torch.from_dlpack(w.view(cp.int16)).view(torch.bfloat16)
+            tx = torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
+            tw = torch.from_dlpack(w.view(cp.int16)).view(torch.bfloat16)
             tb = torch.from_dlpack(b.view(cp.int16)).view(torch.bfloat16); ty = torch.empty_like(tx)
             B = triton.next_power_of_2(H); nw = min(32, max(4, B // 256))
             f = lambda: tri[(R,)](tx, tw, tb, ty, H, 1e-5, BLOCK=B, num_warps=nw)

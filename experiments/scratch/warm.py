@@ -2,7 +2,8 @@
 import json, subprocess, sys, time
 sys.path.insert(0, ".")
 from cuflash import _compile
-W = "import json,sys\nfrom cuflash import _compile\nfor s,n,o in json.load(sys.stdin): _compile.get_kernel(s,n,tuple(o))"
+W = ("import json,sys\nfrom cuflash import _compile\n"
+     "for s,n,o in json.load(sys.stdin): _compile.get_kernel(s,n,tuple(o))")
 srcs = set(sys.argv[1:])
 e = [(s, n, list(o)) for (s, n, o, _r) in _compile.declared() if not srcs or s in srcs]
 t0 = time.time()
