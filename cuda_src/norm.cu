@@ -173,31 +173,41 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       else ss = fmaf(h, h, ss);
     };
 
+    // Over this thread's register chunks: acc + the sum of the values, acc + the sum of their squared deviations
+    // from m (the two passes of the exact two-pass formula; LayerNorm).
+    auto reg_sum = [&](float acc) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) acc += to_float(a.v[i]);
+        }
+      return acc;
+    };
+    auto reg_sq_dev = [&](float m, float acc) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; acc = fmaf(d, d, acc); }
+        }
+      return acc;
+    };
+
     // A row held entirely in registers (LayerNorm): two plain sums, the mean from the first and the sum of
     // squared deviations from it in the second, both over the registers (the exact two-pass formula; below).
     constexpr bool two_pass = KIND == LAYER && TWO_PASS;  // the launch guarantees nchunks <= NV
     if (KIND == LAYER && !two_pass) {
       // the chunks held in registers: this thread's exact (count, mean, M2), two passes over its registers
       // (one division per row instead of a Chan merge per vector); later chunks are merged vector by vector
-      float sum = 0.f, cnt = 0.f;
+      float cnt = 0.f;
 #pragma unroll
       for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
-          cnt += (float)VEC;
-        }
-      const float m = cnt > 0.f ? __fdividef(sum, cnt) : 0.f;
-      float m2 = 0.f;
-#pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; m2 = fmaf(d, d, m2); }
-        }
-      st = Welford{cnt, m, m2};
+        if (k * G + t < rs.body) cnt += (float)VEC;
+      const float m = cnt > 0.f ? __fdividef(reg_sum(0.f), cnt) : 0.f;
+      st = Welford{cnt, m, reg_sq_dev(m, 0.f)};
     } else if (KIND == RMS) {
 #pragma unroll
       for (int k = 0; k < NV; ++k)
@@ -243,26 +253,13 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       // 0.71-0.74 of the copy bandwidth on the H200 (bf16); two plain sums, with the weights loaded per chunk
       // (HOLD off for 16-bit LayerNorm, fewer registers, more rows in flight) reach 0.92-0.95 in the same
       // probe (experiments/results/logs/ln_probe_e0db513.json). Exact two-pass, so never E[x^2] - E[x]^2.
-      float sum = (do_head ? h_head : 0.f) + (do_tail ? h_tail : 0.f);
-#pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
-        }
+      float sum = reg_sum((do_head ? h_head : 0.f) + (do_tail ? h_tail : 0.f));
       sum = (WARP ? warp_allreduce<32>(Sum1{sum}, Sum1Op()) : block_allreduce(Sum1{sum}, Sum1Op(), red_s)).a;
       mu = sum / (float)hidden;
       float q = 0.f;
       if (do_head) q = (h_head - mu) * (h_head - mu);
       if (do_tail) q = fmaf(h_tail - mu, h_tail - mu, q);
-#pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - mu; q = fmaf(d, d, q); }
-        }
+      q = reg_sq_dev(mu, q);
       q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
       rstd = rsqrtf(q / (float)hidden + eps);
     } else if (KIND == LAYER) {
