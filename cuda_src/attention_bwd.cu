@@ -126,15 +126,17 @@ __device__ __forceinline__ void load_tile_async(T* s, const T* g, i64 rs, int ro
 template <typename T, int KD, int NT, int LD>
 __device__ __forceinline__ void gemm_xyT(float (&acc)[NT][4], const T* X, int xr0, const T* Y, int yr0) {
   const int lane = threadIdx.x & 31;
+  // shared-memory addresses of the k = 0 fragments; step kk is 32 bytes further (one address add per ldmatrix)
+  const uint32_t xa = smem_u32(X + (xr0 + (lane & 15)) * LD + (lane >> 4) * 8);
+  const uint32_t ya = smem_u32(Y + (yr0 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8);
 #pragma unroll 1
   for (int kk = 0; kk < KD / 16; ++kk) {
     uint32_t a[4];
-    ldmatrix_x4(a, smem_u32(X + (xr0 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8));
+    ldmatrix_x4(a, xa + kk * 16 * (int)sizeof(T));
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t r[4];
-      ldmatrix_x4(r, smem_u32(Y + (yr0 + np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
-                              ((lane >> 3) & 1) * 8));
+      ldmatrix_x4(r, ya + (np * 16 * LD + kk * 16) * (int)sizeof(T));
       const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
       mma_m16n8k16<T>(acc[2 * np], a, b0);
       mma_m16n8k16<T>(acc[2 * np + 1], a, b1);
