@@ -91,15 +91,34 @@ __global__ void __launch_bounds__(256) bwd_preprocess(
 // of 8 consecutive smem rows land in distinct bank groups).
 
 // Async-load rows [row0, row0 + ROWS) of a (seqlen, HD) slice with row stride `rs` into s[ROWS][LD]; rows >=
-// nrows are zero-filled.
+// nrows are zero-filled. When NTHREADS is a multiple of the 16-byte chunks per row (CPR), thread t always copies
+// chunk t % CPR of rows t / CPR + k * (NTHREADS / CPR): its column and row step are fixed, so each copy is a
+// pointer bump (the generic loop spent ~27 instructions per 16-byte copy on divisions and 64-bit products).
 template <typename T, int HD, int NTHREADS, int ROWS = BM>
 __device__ __forceinline__ void load_tile_async(T* s, const T* g, i64 rs, int row0, int nrows) {
   constexpr int LD = HD + 8, CPR = HD / 8;
-  for (int c = threadIdx.x; c < ROWS * CPR; c += NTHREADS) {
-    const int r = c / CPR, cc = c - r * CPR;
-    const bool ok = row0 + r < nrows;
-    const T* src = ok ? g + (i64)(row0 + r) * rs + cc * 8 : g;
-    cp_async_16(smem_u32(s + r * LD + cc * 8), src, ok);
+  if constexpr (NTHREADS % CPR == 0) {
+    constexpr int RSTEP = NTHREADS / CPR, NK = (ROWS + RSTEP - 1) / RSTEP;
+    const int cc = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
+    const T* src = g + (i64)(row0 + r0) * rs + cc * 8;
+    const i64 step = (i64)RSTEP * rs;
+    const uint32_t dst = smem_u32(s + r0 * LD + cc * 8);
+#pragma unroll
+    for (int k = 0; k < NK; ++k) {
+      const int r = r0 + k * RSTEP;
+      if (ROWS % RSTEP == 0 || r < ROWS) {
+        const bool ok = row0 + r < nrows;
+        cp_async_16(dst + k * RSTEP * LD * (int)sizeof(T), ok ? src : g, ok);
+      }
+      src += step;
+    }
+  } else {
+    for (int c = threadIdx.x; c < ROWS * CPR; c += NTHREADS) {
+      const int r = c / CPR, cc = c - r * CPR;
+      const bool ok = row0 + r < nrows;
+      const T* src = ok ? g + (i64)(row0 + r) * rs + cc * 8 : g;
+      cp_async_16(smem_u32(s + r * LD + cc * 8), src, ok);
+    }
   }
 }
 
@@ -107,15 +126,17 @@ __device__ __forceinline__ void load_tile_async(T* s, const T* g, i64 rs, int ro
 template <typename T, int KD, int NT, int LD>
 __device__ __forceinline__ void gemm_xyT(float (&acc)[NT][4], const T* X, int xr0, const T* Y, int yr0) {
   const int lane = threadIdx.x & 31;
+  // shared-memory addresses of the k = 0 fragments; step kk is 32 bytes further (one address add per ldmatrix)
+  const uint32_t xa = smem_u32(X + (xr0 + (lane & 15)) * LD + (lane >> 4) * 8);
+  const uint32_t ya = smem_u32(Y + (yr0 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8);
 #pragma unroll 1
   for (int kk = 0; kk < KD / 16; ++kk) {
     uint32_t a[4];
-    ldmatrix_x4(a, smem_u32(X + (xr0 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8));
+    ldmatrix_x4(a, xa + kk * 16 * (int)sizeof(T));
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t r[4];
-      ldmatrix_x4(r, smem_u32(Y + (yr0 + np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
-                              ((lane >> 3) & 1) * 8));
+      ldmatrix_x4(r, ya + (np * 16 * LD + kk * 16) * (int)sizeof(T));
       const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
       mma_m16n8k16<T>(acc[2 * np], a, b0);
       mma_m16n8k16<T>(acc[2 * np + 1], a, b1);
@@ -235,10 +256,11 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
   load_tile_async<T, HD, NTHREADS, BC>(sK, kg, k_ss, j0, Sk);
   load_tile_async<T, HD, NTHREADS, BC>(sV, vg, v_ss, j0, Sk);
 
-  // Issue the loads of iteration `it` (Q_i, dO_i async; lse, Delta synchronous).
-  auto issue = [&](int it) {
-    const int h = hk * group + it / ntiles;
-    const int i0 = it0 + (it % ntiles) * BM;
+  // Issue the loads of an iteration (Q_i, dO_i async; lse, Delta synchronous). Iteration it visits Q tile
+  // qt = it % ntiles of query head qh = it / ntiles of the group; the loop steps both (no integer division).
+  auto issue = [&](int qh, int qt) {
+    const int h = hk * group + qh;
+    const int i0 = it0 + qt * BM;
     load_tile_async<T, HD, NTHREADS>(sQ, q + (i64)b * q_sb + (i64)h * q_sh, q_ss, i0, Sq);
     load_tile_async<T, HD, NTHREADS>(sdO, dout + (i64)b * do_sb + (i64)h * do_sh, do_ss, i0, Sq);
     const i64 rb = ((i64)b * Hq + h) * Sq;
@@ -248,15 +270,17 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
       sDelta[r] = i < Sq ? delta[rb + i] : 0.f;
     }
   };
-  if (niter > 0) issue(0);
+  if (niter > 0) issue(0, 0);
   cp_async_commit();
 
   float dk_acc[ND][4], dv_acc[ND][4];
   zero_acc<T, ND>(dk_acc);
   zero_acc<T, ND>(dv_acc);
 
-  for (int it = 0; it < niter; ++it) {
-    const int i0 = it0 + (it % ntiles) * BM;
+  for (int it = 0, qh = 0, qt = 0; it < niter; ++it) {
+    const int i0 = it0 + qt * BM;
+    const int h = hk * group + qh;
+    const bool last_tile = qt + 1 == ntiles;  // of this query head
     cp_async_wait<0>();
     __syncthreads();
 
@@ -317,35 +341,42 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
       }
     }
     __syncthreads();  // sQ, sdO, sLse, sDelta free; sdS complete
-    if (it + 1 < niter) issue(it + 1);
+    if (it + 1 < niter) issue(last_tile ? qh + 1 : qh, last_tile ? 0 : qt + 1);
     cp_async_commit();
 
     if (use_atomic_dq) {
       // dQ_i (queries qr*16.., d columns cs*DWQ..) += dS K_j, A = dS[query][key] = sdS^T (ldmatrix.trans).
       const int qr = (threadIdx.x >> 5) % (BM / 16), cs = (threadIdx.x >> 5) / (BM / 16);
-      const int h = hk * group + it / ntiles;
       float dq[NDQ][4];
       zero_acc<T, NDQ>(dq);
       gemm_sAt_y<T, BC / 16, NDQ, LDS, LD>(dq, sdS, qr * 16, sK, cs * DWQ);
-      float* base = dq_accum + ((i64)b * Hq + h) * Sq * HD;
-#pragma unroll
-      for (int n = 0; n < NDQ; ++n) {
-        const int c = cs * DWQ + n * 8 + 2 * t;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int i = i0 + qr * 16 + g + hh * 8;
-          if (i < Sq) {
-            float* p = base + (i64)i * HD + c;
+      // This thread's two query rows of the accumulator, i and i + 8: one 64-bit address each, the columns as
+      // immediate offsets (a per-entry address and guard cost ~13 instructions per atomic); no guard when both
+      // rows exist.
+      const int ia = i0 + qr * 16 + g;
+      float* pa = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + cs * DWQ + 2 * t;
+      float* pb = pa + 8 * HD;
+      auto add2 = [](float* p, float x, float y) {
 #if __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float2*>(p), make_float2(dq[n][2 * hh], dq[n][2 * hh + 1]));
+        atomicAdd(reinterpret_cast<float2*>(p), make_float2(x, y));
 #else
-            atomicAdd(p, dq[n][2 * hh]);
-            atomicAdd(p + 1, dq[n][2 * hh + 1]);
+        atomicAdd(p, x);
+        atomicAdd(p + 1, y);
 #endif
-          }
+      };
+      if (ia + 8 < Sq) {
+#pragma unroll
+        for (int n = 0; n < NDQ; ++n) {
+          add2(pa + n * 8, dq[n][0], dq[n][1]);
+          add2(pb + n * 8, dq[n][2], dq[n][3]);
         }
+      } else if (ia < Sq) {
+#pragma unroll
+        for (int n = 0; n < NDQ; ++n) add2(pa + n * 8, dq[n][0], dq[n][1]);
       }
     }
+    qt = last_tile ? 0 : qt + 1;
+    qh += last_tile;
   }
 
   cp_async_wait<0>();  // nothing left in flight (also when no Q tile was visited)

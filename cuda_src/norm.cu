@@ -79,7 +79,11 @@ __device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bo
 // reduced with shuffles only (no block barrier, no shared memory). Otherwise a block of G = blockDim.x threads
 // per row. Grid-stride over rows (any row count). MINB: the blocks per SM the launch bounds promise (registers
 // per thread <= 65536 / (MINB * blockDim)), which decides how many chunks' weights (NH) fit in registers.
-template <typename T, typename W, int KIND, int NV, int NH, int MINB, bool RES, bool WARP, bool TWO_PASS>
+// ALIGNED: hidden % VEC == 0 (the wrapper aligns every base pointer to 16 bytes, so every row then starts on a
+// vector): no head/tail scalars and vector weight loads only, which the compiler can then drop (bf16 LayerNorm
+// warp path: 72 -> 64 registers).
+template <typename T, typename W, int KIND, int NV, int NH, int MINB, bool RES, bool WARP, bool TWO_PASS,
+          bool ALIGNED>
 __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 
   for (i64 row = (i64)blockIdx.x * ROWS + grp; row < rows; row += (i64)gridDim.x * ROWS) {
     const i64 off = row * (i64)hidden;
-    const RowSplit rs = row_split<VEC>(off, hidden);
+    const RowSplit rs = ALIGNED ? RowSplit{0, hidden / VEC, 0} : row_split<VEC>(off, hidden);
     const T* xr = x + off + rs.head;  // aligned body start
     const T* rr = has_res ? res + off + rs.head : nullptr;
     T* hr = has_res ? hout + off + rs.head : nullptr;
@@ -169,31 +173,41 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       else ss = fmaf(h, h, ss);
     };
 
+    // Over this thread's register chunks: acc + the sum of the values, acc + the sum of their squared deviations
+    // from m (the two passes of the exact two-pass formula; LayerNorm).
+    auto reg_sum = [&](float acc) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) acc += to_float(a.v[i]);
+        }
+      return acc;
+    };
+    auto reg_sq_dev = [&](float m, float acc) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * G + t < rs.body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; acc = fmaf(d, d, acc); }
+        }
+      return acc;
+    };
+
     // A row held entirely in registers (LayerNorm): two plain sums, the mean from the first and the sum of
     // squared deviations from it in the second, both over the registers (the exact two-pass formula; below).
     constexpr bool two_pass = KIND == LAYER && TWO_PASS;  // the launch guarantees nchunks <= NV
     if (KIND == LAYER && !two_pass) {
       // the chunks held in registers: this thread's exact (count, mean, M2), two passes over its registers
       // (one division per row instead of a Chan merge per vector); later chunks are merged vector by vector
-      float sum = 0.f, cnt = 0.f;
+      float cnt = 0.f;
 #pragma unroll
       for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
-          cnt += (float)VEC;
-        }
-      const float m = cnt > 0.f ? __fdividef(sum, cnt) : 0.f;
-      float m2 = 0.f;
-#pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; m2 = fmaf(d, d, m2); }
-        }
-      st = Welford{cnt, m, m2};
+        if (k * G + t < rs.body) cnt += (float)VEC;
+      const float m = cnt > 0.f ? __fdividef(reg_sum(0.f), cnt) : 0.f;
+      st = Welford{cnt, m, reg_sq_dev(m, 0.f)};
     } else if (KIND == RMS) {
 #pragma unroll
       for (int k = 0; k < NV; ++k)
@@ -239,26 +253,13 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       // 0.71-0.74 of the copy bandwidth on the H200 (bf16); two plain sums, with the weights loaded per chunk
       // (HOLD off for 16-bit LayerNorm, fewer registers, more rows in flight) reach 0.92-0.95 in the same
       // probe (experiments/results/logs/ln_probe_e0db513.json). Exact two-pass, so never E[x^2] - E[x]^2.
-      float sum = (do_head ? h_head : 0.f) + (do_tail ? h_tail : 0.f);
-#pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
-        }
+      float sum = reg_sum((do_head ? h_head : 0.f) + (do_tail ? h_tail : 0.f));
       sum = (WARP ? warp_allreduce<32>(Sum1{sum}, Sum1Op()) : block_allreduce(Sum1{sum}, Sum1Op(), red_s)).a;
       mu = sum / (float)hidden;
       float q = 0.f;
       if (do_head) q = (h_head - mu) * (h_head - mu);
       if (do_tail) q = fmaf(h_tail - mu, h_tail - mu, q);
-#pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - mu; q = fmaf(d, d, q); }
-        }
+      q = reg_sq_dev(mu, q);
       q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
       rstd = rsqrtf(q / (float)hidden + eps);
     } else if (KIND == LAYER) {
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     }
 
     // ---- pass 2: y = (h - mu) * rstd * w + b
-    const bool pvec = rs.head == 0;  // params are vector-aligned only when the body starts at column 0
+    const bool pvec = ALIGNED || rs.head == 0;  // params are vector-aligned only when the body starts at column 0
     auto emit_vec = [&](const V& a, int k, int v) {  // body vector v of chunk k
       float wv[VEC], bv[VEC];
       if (held && k < NH) {

@@ -101,9 +101,11 @@ def _stream_held(dt, wdt, kind, warp=False):
     return min(8, (32 if warp else 64) // regs)
 
 
-def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None):
+def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False):
     """``two_pass`` (LayerNorm): the row is held entirely in registers (nchunks <= NV; always on the warp path),
-    so its statistics are two plain sums instead of Welford/Chan merges; None = the warp path's value."""
+    so its statistics are two plain sums instead of Welford/Chan merges; None = the warp path's value.
+    ``aligned`` (two-pass LayerNorm only): hidden is a multiple of the 16-byte vector, so every row starts on one
+    (the wrapper aligns the base pointers): the kernel without head/tail scalars or scalar weight loads."""
     b = lambda v: "true" if v else "false"  # noqa: E731
     nv = _nv_warp(dt) if warp else NV
     # blocks per SM promised by the launch bounds (as before NH): on the block path two 512-thread blocks at
@@ -115,7 +117,7 @@ def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None):
         nh, minb = nv, (2 if warp else 1)
     two_pass = kind == LAYER and (warp if two_pass is None else (warp or two_pass))
     return (f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nv}, {nh}, {minb}, "
-            f"{b(res)}, {b(warp)}, {b(two_pass)}>")
+            f"{b(res)}, {b(warp)}, {b(two_pass)}, {b(two_pass and aligned)}>")
 
 
 def _stream_name(dt, wdt, kind, res=False, warp=False):
@@ -141,8 +143,10 @@ def _declare():
             for kind in (LAYER, RMS):
                 names += [f(dt, wdt, kind, res, warp) for f in (_fwd_name, _stream_name)
                           for res in (False, True) for warp in (False, True)]
-                if kind == LAYER:  # block path, row in registers
-                    names += [_fwd_name(dt, wdt, kind, res, False, True) for res in (False, True)]
+                if kind == LAYER:  # block path, row in registers; both paths' aligned two-pass kernels
+                    names += [_fwd_name(dt, wdt, kind, res, warp, True, aligned)
+                              for res in (False, True) for warp in (False, True) for aligned in (False, True)
+                              if aligned or not warp]
                 names.append(_bwd_name(dt, wdt, kind))
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
@@ -277,7 +281,8 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
         else:
             G, nchunks, smem_chunks = _geometry(dt.itemsize, hidden, budget, FWD_MAX_THREADS)
             rpb = 1
-        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp, nchunks <= NV))
+        aligned = hidden % (16 // dt.itemsize) == 0  # every base pointer is 16-byte aligned (_forward)
+        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp, nchunks <= NV, aligned))
         smem = smem_chunks * G * 16
         cap = 1 << 22
         if FWD_WAVES > 0:

@@ -230,6 +230,8 @@ def test_every_kernel_is_declared():
                         assert norm._fwd_name(dt, wdt, kind, res, warp) in names
                         assert norm._stream_name(dt, wdt, kind, res, warp) in names
                     assert norm._fwd_name(dt, wdt, kind, res, False, True) in names  # block path, two-pass
+                    for warp in (False, True):  # rows of whole vectors
+                        assert norm._fwd_name(dt, wdt, kind, res, warp, True, True) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
         assert norm._red_name(dt) in names
 
@@ -249,7 +251,7 @@ def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
     monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
     monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
     monkeypatch.setattr(norm, "_FWD_CFG", {})
-    pattern = re.compile(r"norm_fwd<[^,]+, [^,]+, \d, (\d+), \d+, \d+, \w+, \w+, (\w+)>")
+    pattern = re.compile(r"norm_fwd<[^,]+, [^,]+, \d, (\d+), \d+, \d+, \w+, \w+, (\w+), (\w+)>")
     hiddens = list(range(1, 1100, 7)) + [2047, 2048, 4096, 8191, 8192, 16384, 16392, 32768, 65537, 1 << 20]
     two_pass = 0
     for dt in DTYPES:
@@ -262,7 +264,8 @@ def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
                             continue
                         name = asked[-1]
                         assert name in declared, name
-                        nv, tp = pattern.search(name).groups()
+                        nv, tp, aligned = pattern.search(name).groups()
+                        assert aligned == "false" or (tp == "true" and hidden % (16 // np.dtype(dt).itemsize) == 0)
                         if tp == "true":
                             two_pass += 1
                             assert kind == norm.LAYER and plan.nchunks <= int(nv), (name, hidden, plan.nchunks)
