@@ -718,6 +718,162 @@ __global__ void __launch_bounds__(512) norm_bwd(
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Backward, streamed (rows of whole 16-byte vectors, 64 to 1024 of them: the wrapper's choice). norm_bwd holds a
+// row's x and dy in registers, which caps the bytes in flight and serialises a row's loads with its sums and
+// stores; here thread t of a row's G threads owns body vectors t and G + t (VPT = 2) and stages them for the next
+// S - 1 rows in shared memory with cp.async, so later rows' loads overlap this row's work. Slot layout
+// [stage][x|dy][k][thread]; a thread reads back only the slots it filled itself, so cp.async.wait_group alone
+// orders them (no barrier). The row's two sums: warp shuffles, then (G > 32) one barrier on a double-buffered
+// array. ROWS = blockDim.x / G rows at a time per block; the block's loop is uniform (a group past the last row
+// still joins the barrier). Persistent grid (gridDim.x = resident blocks, rows grid-stride in a fixed order): a
+// thread's columns are the same in every row, so its weights and its dw/db partial sums stay in registers
+// (2 * VPT * VEC floats) and are written once, to workspace row blockIdx.x * ROWS + group (reduce_parts sums
+// them in a fixed order). Probe (experiments/scratch/lnb_probe.py, bf16 LayerNorm, H200): 0.87-0.905 of the
+// copy bandwidth at hidden 1K-8K with 3 stages, against 0.57-0.65 for norm_bwd.
+template <typename T, typename W, int KIND, int S, int MAXT, int MINB>
+__global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
+    const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
+    const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
+    const i64 rows, const int hidden, const int G) {
+  constexpr int VEC = Vec16<T>::N, VPT = 2;
+  static_assert(S >= 2, "at least one row in flight ahead");
+  typedef Vec<T, VEC> V;
+  typedef Vec<W, VEC> P;
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  V* ring = reinterpret_cast<V*>(dsmem);
+  __shared__ float2 red[2][16];  // [parity][warp of the block] (blockDim.x <= 512)
+  const int ROWS = blockDim.x / G, grp = threadIdx.x / G, t = threadIdx.x % G;
+  const int lane = threadIdx.x & 31, nw = G >> 5, w0 = grp * nw;  // G is a multiple of 32
+  const int body = hidden / VEC;
+  if (KIND == RMS) ws_db = nullptr;  // RMSNorm has no bias (the wrapper passes none)
+  auto slot = [&](int st, int a, int k) { return ring + ((st * 2 + a) * VPT + k) * blockDim.x + threadIdx.x; };
+
+  P wreg[VPT];
+  float pdw[VPT][VEC], pdb[VPT][VEC];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (w && k * G + t < body) wreg[k] = P::load(w + (k * G + t) * VEC);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) pdw[k][i] = pdb[k][i] = 0.f;
+  }
+
+  const i64 step = (i64)gridDim.x * ROWS;
+  auto issue = [&](i64 row, int st) {  // this thread's vectors of `row` into stage st (zeros past the end)
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = k * G + t;
+      const bool p = row < rows && v < body;
+      const i64 o = p ? row * (i64)hidden + (i64)v * VEC : 0;
+      cp_async_16(smem_u32(slot(st, 0, k)), x + o, p);
+      cp_async_16(smem_u32(slot(st, 1, k)), dy + o, p);
+    }
+    cp_async_commit();
+  };
+  const i64 first = (i64)blockIdx.x * ROWS;  // the block's first row base; group grp takes base + grp
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(first + s * step + grp, s);
+  float mu_n = 0.f, r_n = 0.f;  // the next row's statistics, loaded a row ahead
+  if (first + grp < rows) {
+    if (KIND == LAYER) mu_n = mean[first + grp];
+    r_n = rstd[first + grp];
+  }
+
+  int st = 0, par = 0;
+  for (i64 base = first; base < rows; base += step) {
+    const i64 row = base + grp;
+    const bool live = row < rows;
+    const float mu = mu_n, r = r_n;
+    if (row + step < rows) {
+      if (KIND == LAYER) mu_n = mean[row + step];
+      r_n = rstd[row + step];
+    }
+    cp_async_wait<S - 2>();  // this row's copies (this thread's) have landed
+    V xa[VPT], da[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) { xa[k] = *slot(st, 0, k); da[k] = *slot(st, 1, k); }
+    issue(row + (S - 1) * step, st == 0 ? S - 1 : st - 1);  // into the stage read in the previous iteration
+    st = st == S - 1 ? 0 : st + 1;
+
+    // ---- the row's sums of g and g * xhat (g = dy * w); this thread's dw, db partials
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (live && k * G + t < body) {
+        const V xo = opaque(xa[k]), dq = opaque(da[k]);  // recomputed in the second pass, not kept as floats
+        float wv[VEC];
+        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float xh = (to_float(xo.v[i]) - mu) * r;
+          const float d = to_float(dq.v[i]);
+          const float g = w ? d * wv[i] : d;
+          s1 += g;
+          s2 = fmaf(g, xh, s2);
+          pdw[k][i] = fmaf(d, xh, pdw[k][i]);
+          pdb[k][i] += d;
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      s1 += __shfl_xor_sync(0xffffffffu, s1, m);
+      s2 += __shfl_xor_sync(0xffffffffu, s2, m);
+    }
+    if (nw > 1) {  // the group's warp sums, summed by every warp in lanes then by butterfly (same in every lane)
+      if (lane == 0) red[par][w0 + (t >> 5)] = make_float2(s1, s2);
+      __syncthreads();
+      const float2 q = lane < nw ? red[par][w0 + lane] : make_float2(0.f, 0.f);
+      s1 = q.x;
+      s2 = q.y;
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) {
+        s1 += __shfl_xor_sync(0xffffffffu, s1, m);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, m);
+      }
+      par ^= 1;  // the next row writes the other half: no second barrier before this row's reads
+    }
+    const float c1 = KIND == LAYER ? s1 / (float)hidden : 0.f;
+    const float c2 = s2 / (float)hidden;
+
+    // ---- dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = k * G + t;
+      if (live && v < body) {
+        const V xo = opaque(xa[k]), dq = opaque(da[k]);
+        float wv[VEC];
+        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
+        V o;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float xh = (to_float(xo.v[i]) - mu) * r;
+          const float d = to_float(dq.v[i]);
+          const float g = w ? d * wv[i] : d;
+          o.v[i] = from_float<T>(r * (g - c1 - xh * c2));
+        }
+        o.store(dx + row * (i64)hidden + (i64)v * VEC);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- this group's partial row (zeros for a group that had no row)
+  const i64 p = (i64)blockIdx.x * ROWS + grp;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = k * G + t;
+    if (v < body) {
+#pragma unroll
+      for (int j = 0; j < VEC; j += 4) {
+        const float *a = pdw[k] + j, *b = pdb[k] + j;
+        if (ws_dw) *reinterpret_cast<float4*>(ws_dw + p * hidden + v * VEC + j) = make_float4(a[0], a[1], a[2], a[3]);
+        if (ws_db) *reinterpret_cast<float4*>(ws_db + p * hidden + v * VEC + j) = make_float4(b[0], b[1], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // out[c] = sum over p of ws[p, c], in a fixed order: lane ty of a 32 x 32 block sums parts ty, ty + 32, ...,
 // then row ty == 0 adds the 32 lane sums in order. Deterministic for a given (nparts, hidden).
 template <typename O>

@@ -44,6 +44,11 @@ STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
+BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
+BWD_STREAM_VECS = (64, 1024)  # ... when they have this many vectors (two per thread, at most 512 threads; bf16
+                              # hidden 512-8192, float32 256-4096). bf16 LayerNorm probe on the H200:
+                              # 0.87-0.905 of copy at 1K-8K, norm_bwd 0.57-0.65 (experiments/scratch/lnb_probe.py)
+BWD_STREAM_STAGES = 3    # rows in shared memory per group: the current one and two ahead
 HOLD = True     # rows of whole 16-byte vectors: a thread's columns are the same in every row, so its weight/bias
                 # vectors (and the backward's dw/db partial sums) stay in registers across rows for its first
                 # NH chunks (_HELD_*) instead of being re-loaded per row, at the occupancy of before. Study
@@ -132,6 +137,11 @@ def _bwd_name(dt, wdt, kind):
     return f"cuflash::norm_bwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {NV}, {nh}>"
 
 
+def _bwd_stream_name(dt, wdt, kind):
+    return (f"cuflash::norm_bwd_stream<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {BWD_STREAM_STAGES}, "
+            f"512, 1>")
+
+
 def _red_name(odt):
     return f"cuflash::reduce_parts<{_dtypes.ctype(odt)}>"
 
@@ -147,7 +157,7 @@ def _declare():
                     names += [_fwd_name(dt, wdt, kind, res, warp, True, aligned)
                               for res in (False, True) for warp in (False, True) for aligned in (False, True)
                               if aligned or not warp]
-                names.append(_bwd_name(dt, wdt, kind))
+                names += [_bwd_name(dt, wdt, kind), _bwd_stream_name(dt, wdt, kind)]
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
 
@@ -410,12 +420,37 @@ def rms_norm(x, normalized_shape, weight=None, eps=None, *, residual=None, retur
 # ------------------------------------------------------------------------------------------------------------
 # backward
 _BWD_CFG: dict = {}
+BwdPlan = namedtuple("BwdPlan", "stream kern G rpb nchunks smem dw_global db_global max_blocks")
+BwdPlan.__doc__ = """How the backward runs for one row length: ``stream`` (norm_bwd_stream: rows of whole 16-byte vectors,
+BWD_STREAM_VECS[0] to [1] of them, staged by cp.async) or norm_bwd (row in registers, general). ``G`` threads per
+row, ``rpb`` rows per block at a time, ``smem`` dynamic shared bytes, ``max_blocks`` the persistent grid's cap
+(resident blocks); every block writes ``rpb`` partial dw/db rows when streamed, one otherwise."""
+
+
+def _bwd_stream_geometry(itemsize, hidden):
+    """(G threads per row, rows per block) of norm_bwd_stream for this row length, or None where it does not
+    apply (a row that is not whole 16-byte vectors, or has fewer than BWD_STREAM_VECS[0] or more than
+    BWD_STREAM_VECS[1] of them; BWD_STREAM off). Two vectors per thread; blocks of at least 128 threads."""
+    vec = 16 // itemsize
+    body = hidden // vec
+    if not (BWD_STREAM and hidden % vec == 0 and BWD_STREAM_VECS[0] <= body <= BWD_STREAM_VECS[1]):
+        return None
+    G = 32 * math.ceil(math.ceil(body / 2) / 32)
+    return G, max(1, 128 // G)
 
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
-    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD)
+    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD, BWD_STREAM, BWD_STREAM_VECS)
     cfg = _BWD_CFG.get(key)
     if cfg is not None:
+        return cfg
+    geo = _bwd_stream_geometry(dt.itemsize, hidden)
+    if geo is not None:
+        G, rpb = geo
+        smem = BWD_STREAM_STAGES * 2 * 2 * G * rpb * 16  # [stage][x | dy][2 vectors][thread] of 16 bytes
+        kern = _compile.get_kernel(_SRC, _bwd_stream_name(dt, wdt, kind))
+        per_sm = _resident_blocks(kern, G * rpb, smem, dev)
+        cfg = _BWD_CFG[key] = BwdPlan(True, kern, G, rpb, 2, smem, 0, 0, per_sm * _compile.sm_count(dev))
         return cfg
     G, nchunks, _ = _geometry(dt.itemsize, hidden, 0, BWD_MAX_THREADS)
     acc_row = 4 * hidden  # bytes of one accumulator region
@@ -441,8 +476,8 @@ def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
             db_global = 1
     kern = _compile.get_kernel(_SRC, _bwd_name(dt, wdt, kind))
     per_sm = _resident_blocks(kern, G * rows_per_block, smem, dev)
-    cfg = _BWD_CFG[key] = (kern, G, rows_per_block, nchunks, smem, dw_global, db_global,
-                           per_sm * _compile.sm_count(dev))
+    cfg = _BWD_CFG[key] = BwdPlan(False, kern, G, rows_per_block, nchunks, smem, dw_global, db_global,
+                                  per_sm * _compile.sm_count(dev))
     return cfg
 
 
@@ -487,27 +522,28 @@ def _backward(kind, fn, dy, x, weight, mean, rstd):
     if weight is not None:
         weight = _aligned(weight, 32 if wdt.itemsize * (16 // dt.itemsize) > 16 else 16)
     dev = x.device.id
-    kern, G, rpb, nchunks, smem, dw_global, db_global, max_blocks = _bwd_config(
-        kind, dt, wdt, hidden, weight is not None, dev)
-    nb = max(1, min(math.ceil(rows / rpb), max_blocks))
-    ws_dw = cp.empty((nb, hidden), np.float32) if weight is not None else None
-    ws_db = cp.empty((nb, hidden), np.float32) if kind == LAYER else None
-    _compile.launch(kern, (nb,), (G * rpb,),
-                    (dy, x, weight if weight is not None else _NULL, mean if kind == LAYER else _NULL, rstd, dx,
-                     ws_dw if ws_dw is not None else _NULL, ws_db if ws_db is not None else _NULL,
-                     np.int64(rows), np.int32(hidden), np.int32(nchunks), np.int32(G), np.int32(dw_global),
-                     np.int32(db_global)),
-                    shared_mem=smem, what=f"{fn} hidden={hidden} {dt}")
+    pl = _bwd_config(kind, dt, wdt, hidden, weight is not None, dev)
+    nb = max(1, min(math.ceil(rows / pl.rpb), pl.max_blocks))
+    nparts = nb * pl.rpb if pl.stream else nb  # partial dw/db rows: one per group (streamed), else per block
+    ws_dw = cp.empty((nparts, hidden), np.float32) if weight is not None else None
+    ws_db = cp.empty((nparts, hidden), np.float32) if kind == LAYER else None
+    common = (dy, x, weight if weight is not None else _NULL, mean if kind == LAYER else _NULL, rstd, dx,
+              ws_dw if ws_dw is not None else _NULL, ws_db if ws_db is not None else _NULL, np.int64(rows),
+              np.int32(hidden))
+    tail = (np.int32(pl.G),) if pl.stream else (np.int32(pl.nchunks), np.int32(pl.G), np.int32(pl.dw_global),
+                                                np.int32(pl.db_global))
+    _compile.launch(pl.kern, (nb,), (pl.G * pl.rpb,), common + tail, shared_mem=pl.smem,
+                    what=f"{fn} hidden={hidden} {dt}")
     dw = db = None
     rgrid = (math.ceil(hidden / 32),)
     if ws_dw is not None:
         dw = cp.empty(nshape, dw_dt)
         _compile.launch(_compile.get_kernel(_SRC, _red_name(dw_dt)), rgrid, (1024,),
-                        (ws_dw, dw, np.int32(nb), np.int32(hidden)))
+                        (ws_dw, dw, np.int32(nparts), np.int32(hidden)))
     if ws_db is not None:
         db = cp.empty(nshape, db_dt)
         _compile.launch(_compile.get_kernel(_SRC, _red_name(db_dt)), rgrid, (1024,),
-                        (ws_db, db, np.int32(nb), np.int32(hidden)))
+                        (ws_db, db, np.int32(nparts), np.int32(hidden)))
     return (dx, dw, db) if kind == LAYER else (dx, dw)
 
 

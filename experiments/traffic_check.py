@@ -121,16 +121,18 @@ class Device:
             self.l2 = g.l2_bytes
 
     def norm_bwd_blocks(self, kind, rows, hidden):
-        """Blocks of cuflash's norm backward (= partial-sum rows); None (the model's default) without a GPU."""
+        """Partial-sum rows of cuflash's norm backward (its blocks, times the rows per block when streamed); None
+        (the model's default) without a GPU."""
         if not self.real:
             return None
-        try:  # cuflash.norm's private launch configuration: (kernel, G, rows per block, ..., max blocks)
+        try:  # cuflash.norm's private launch plan (BwdPlan: rows per block, max blocks, streamed or not)
             norm = importlib.import_module("cuflash.norm")
             from cuflash import _dtypes
 
             dt = np.dtype(_dtypes.bfloat16)
             cfg = norm._bwd_config(norm.LAYER if kind == "layer" else norm.RMS, dt, dt, hidden, True, 0)
-            return max(1, min(math.ceil(rows / cfg[2]), cfg[7]))
+            nb = max(1, min(math.ceil(rows / cfg.rpb), cfg.max_blocks))
+            return nb * cfg.rpb if cfg.stream else nb
         except Exception as e:  # its layout changed: the model's default block count
             print(f"{NAME}: norm backward block count unknown ({type(e).__name__}: {e}); model default used")
             return None

@@ -233,7 +233,27 @@ def test_every_kernel_is_declared():
                     for warp in (False, True):  # rows of whole vectors
                         assert norm._fwd_name(dt, wdt, kind, res, warp, True, True) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
+                assert norm._bwd_stream_name(dt, wdt, kind) in names
         assert norm._red_name(dt) in names
+
+
+@pytest.mark.parametrize("itemsize", [4, 2])
+def test_backward_stream_geometry(itemsize):
+    """norm_bwd_stream takes exactly the rows of whole 16-byte vectors with 64..1024 of them, two vectors per
+    thread with just enough threads (a multiple of 32, at most 512) and blocks of 128..512 threads; every other row
+    length goes to norm_bwd."""
+    vec = 16 // itemsize
+    lo, hi = norm.BWD_STREAM_VECS
+    for hidden in sorted({1, 7, 8, 63 * vec, lo * vec - 1, lo * vec, lo * vec + 1, lo * vec + vec, 1000, 1024,
+                          2048, 3000, 4096, 8192, hi * vec - vec, hi * vec, hi * vec + vec, 65536}):
+        geo = norm._bwd_stream_geometry(itemsize, hidden)
+        body = hidden // vec
+        if hidden % vec or not lo <= body <= hi:
+            assert geo is None, hidden
+            continue
+        G, rpb = geo
+        assert G % 32 == 0 and 2 * G >= body > 2 * (G - 32), hidden
+        assert G <= 512 and 128 <= G * rpb <= 512, hidden
 
 
 def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
@@ -548,7 +568,10 @@ def _run_backward(cp, rng, kind, dt, rows, hidden, wdt="same", with_weight=True)
     return dx, dw, db
 
 
-BWD_HIDDEN = [1, 3, 8, 9, 127, 129, 767, 768, 769, 1024, 1025, 4097, 8192, 8193, 16385, 32768, 40001, 70001]
+# the streamed backward (norm_bwd_stream) takes whole-vector rows of 64..1024 vectors: 504 (63 bf16 vectors), 512,
+# 256 (64 float32 vectors), 4100 (1025 float32 vectors), 8200 (1025 bf16 vectors) sit at its edges
+BWD_HIDDEN = [1, 3, 8, 9, 127, 129, 256, 504, 512, 767, 768, 769, 1024, 1025, 2048, 4096, 4097, 4100, 8192, 8193,
+              8200, 16385, 32768, 40001, 70001]
 
 
 @pytest.mark.gpu
@@ -564,7 +587,7 @@ def test_backward_matches_reference(cp, rng, kind, dt, hidden):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-@pytest.mark.parametrize("rows,hidden", [(50021, 64), (20011, 769), (4099, 4096), (301, 40000)])
+@pytest.mark.parametrize("rows,hidden", [(50021, 64), (30011, 1024), (20011, 769), (4099, 4096), (301, 40000)])
 def test_backward_many_rows_deterministic(cp, rng, kind, rows, hidden):
     """Many rows per block and many blocks (and the workspace-row accumulators of huge rows): partial sums,
     the second reduction, bitwise reproducible from call to call."""
@@ -581,6 +604,25 @@ def test_backward_many_rows_deterministic(cp, rng, kind, rows, hidden):
     for u, v in zip(a, b):
         if u is not None:
             assert np.array_equal(u.get().view(np.uint8), v.get().view(np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "registers"])
+def test_backward_paths_few_and_many_rows(cp, rng, monkeypatch, kind, stream):
+    """Both backward kernels on the row lengths the streamed one takes (and one it does not), with fewer rows than
+    a block has groups (their partial dw/db rows must still be written: the pool is poisoned with NaN first),
+    rows that do not fill the last wave, and a float32 weight."""
+    monkeypatch.setattr(norm, "BWD_STREAM", stream)
+    for dt in (np.dtype(np.float32), _dtypes.bfloat16):
+        for hidden in (512, 1000, 2048, 4096):
+            vec = 16 // dt.itemsize
+            geo = norm._bwd_stream_geometry(dt.itemsize, hidden)
+            assert (geo is not None) == (stream and hidden % vec == 0 and hidden // vec <= 1024)
+            for rows in (1, 3, 1237):
+                junk = poison(cp.empty((4 * 132 * 4, hidden), np.float32))  # workspace-sized NaN garbage
+                del junk
+                _run_backward(cp, rng, kind, dt, rows, hidden, wdt=np.float32 if rows == 3 else "same")
 
 
 @pytest.mark.gpu
