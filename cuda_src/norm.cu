@@ -19,9 +19,12 @@
 // for the forward RES, the fused residual add):
 //   norm_fwd     statistics (LayerNorm: two-pass over registers when the row fits them, else Welford/Chan;
 //                RMSNorm: float32 sum of squares) + normalise
+//   norm_fwd_stream  the forward of whole-vector rows of 4096+ vectors, rows staged ahead by cp.async
 //   norm_bwd     dx per row from two row sums; dweight/dbias partial column sums per block (in shared memory
 //                when they fit, else in the block's own workspace row), written to a [nblocks, hidden] float32
 //                workspace — no atomics; rows are assigned to blocks in a fixed order
+//   norm_bwd_stream  the backward of whole-vector rows of 64..1024 vectors: two rows staged ahead by cp.async,
+//                dweight/dbias partials in registers, one workspace row per row group
 //   reduce_parts the second, deterministic reduction of the workspace over blocks (fixed order)
 //
 // Traffic: forward reads h once (x, plus residual) and writes y (plus h); backward reads x and dy, writes dx.

@@ -15,7 +15,8 @@ lanes, warps and blocks with Chan, Golub & LeVeque's pairwise formula; RMSNorm a
 - RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization" (2019): ``y = h / sqrt(mean(h^2) + eps) * w``,
   as ``torch.nn.functional.rms_norm`` (``eps=None`` means ``finfo(x.dtype).eps``).
 
-Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_bwd``, ``reduce_parts``) and ``cuda_src/cuflash/welford.cuh``.
+Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_fwd_stream``, ``norm_bwd``, ``norm_bwd_stream``,
+``reduce_parts``) and ``cuda_src/cuflash/welford.cuh``.
 """
 from __future__ import annotations
 
@@ -552,10 +553,11 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
 
     With ``xhat = (x - mean) * rstd``, ``g = dy * weight``:
     ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` (means over the normalised dims),
-    ``dweight = sum_rows dy * xhat``, ``dbias = sum_rows dy``, reduced in float32: per-block partial column
-    sums into a ``[nblocks, hidden]`` workspace, then a second kernel sums the blocks in a fixed order
-    (deterministic, no atomics). The gradient of the LayerNorm of Ba et al. 2016 (chain rule through the
-    mean and the biased variance).
+    ``dweight = sum_rows dy * xhat``, ``dbias = sum_rows dy``, reduced in float32: per-block (per row group
+    on the streamed path: rows of 64..1024 whole 16-byte vectors) partial column sums into a float32
+    ``[parts, hidden]`` workspace, then a second kernel sums the parts in a fixed order (deterministic for a
+    given device, no atomics). The gradient of the LayerNorm of Ba et al. 2016 (chain rule through the mean and
+    the biased variance).
 
     Args:
         dy, x: same shape and dtype (float32 / float16 / bfloat16); ``x`` is the normalised input (``h`` when
