@@ -731,7 +731,7 @@ __global__ void __launch_bounds__(512) norm_bwd(
 // still joins the barrier). Persistent grid (gridDim.x = resident blocks, rows grid-stride in a fixed order): a
 // thread's columns are the same in every row, so its weights and its dw/db partial sums stay in registers
 // (2 * VPT * VEC floats) and are written once, to workspace row blockIdx.x * ROWS + group (reduce_parts sums
-// them in a fixed order). Probe (experiments/scratch/lnb_probe.py, bf16 LayerNorm, H200): 0.87-0.905 of the
+// them in a fixed order). Probe (experiments/scratch/lnb_probe.py, bf16 LayerNorm, H200): 0.86-0.905 of the
 // copy bandwidth at hidden 1K-8K with 3 stages, against 0.57-0.65 for norm_bwd.
 template <typename T, typename W, int KIND, int S, int MAXT, int MINB>
 __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(

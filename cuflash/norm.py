@@ -48,14 +48,15 @@ BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
 BWD_STREAM_VECS = (64, 1024)  # ... when they have this many vectors (two per thread, at most 512 threads; bf16
                               # hidden 512-8192, float32 256-4096). bf16 LayerNorm probe on the H200:
-                              # 0.87-0.905 of copy at 1K-8K, norm_bwd 0.57-0.65 (experiments/scratch/lnb_probe.py)
+                              # 0.86-0.905 of copy at 1K-8K, norm_bwd 0.57-0.65 (experiments/scratch/lnb_probe.py)
 BWD_STREAM_STAGES = 3    # rows in shared memory per group: the current one and two ahead
 HOLD = True     # rows of whole 16-byte vectors: a thread's columns are the same in every row, so its weight/bias
                 # vectors (and the backward's dw/db partial sums) stay in registers across rows for its first
                 # NH chunks (_HELD_*) instead of being re-loaded per row, at the occupancy of before. Study
                 # settings (compiled on first use): False, NH = 0 (loaded per row, as before); "all"
                 # (norm_fwd only), every register chunk held, launch bounds relaxed to 128 registers (fewer
-                # blocks per SM)
+                # blocks per SM). The streamed backward (norm_bwd_stream) always holds its weights and dw/db
+                # partial sums (two vectors a thread) and ignores HOLD
 _TYPES = (_dtypes.float32, _dtypes.float16, _dtypes.bfloat16)
 _NULL = np.uint64(0)  # a null pointer argument
 
@@ -431,7 +432,8 @@ row, ``rpb`` rows per block at a time, ``smem`` dynamic shared bytes, ``max_bloc
 def _bwd_stream_geometry(itemsize, hidden):
     """(G threads per row, rows per block) of norm_bwd_stream for this row length, or None where it does not
     apply (a row that is not whole 16-byte vectors, or has fewer than BWD_STREAM_VECS[0] or more than
-    BWD_STREAM_VECS[1] of them; BWD_STREAM off). Two vectors per thread; blocks of at least 128 threads."""
+    BWD_STREAM_VECS[1] of them; BWD_STREAM off). Two vectors per thread, G a multiple of 32; max(1, 128 // G)
+    rows per block (blocks of 96 to 512 threads: 96 for rows of 129 to 192 vectors)."""
     vec = 16 // itemsize
     body = hidden // vec
     if not (BWD_STREAM and hidden % vec == 0 and BWD_STREAM_VECS[0] <= body <= BWD_STREAM_VECS[1]):
@@ -441,7 +443,7 @@ def _bwd_stream_geometry(itemsize, hidden):
 
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
-    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD, BWD_STREAM, BWD_STREAM_VECS)
+    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD, BWD_STREAM, BWD_STREAM_VECS, BWD_STREAM_STAGES)
     cfg = _BWD_CFG.get(key)
     if cfg is not None:
         return cfg
