@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call for wip/bwd-stream: warm norm.cu's kernels, run test_norm (record h200_norm_tests.json), then the
-# whole norm sweep (LayerNorm and RMSNorm, forward / residual / backward, copy, torch and Triton in the same run).
+# One device call for a norm.cu change (written for wip/bwd-stream): warm norm.cu's kernels, run test_norm (record
+# h200_norm_tests.json), then the whole norm sweep (LayerNorm and RMSNorm, forward / residual / backward, copy, torch
+# and Triton in the same run). About 190 s on the H200 after the machine starts.
 #   CUFLASH_COMMIT=<hash> bash experiments/scratch/bwd_stream_call.sh
 set -u
 export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1
