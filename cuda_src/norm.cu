@@ -86,7 +86,7 @@ __device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bo
 // vector): no head/tail scalars and vector weight loads only, which the compiler can then drop (bf16 LayerNorm
 // warp path: 72 -> 64 registers).
 template <typename T, typename W, int KIND, int NV, int NH, int MINB, bool RES, bool WARP, bool TWO_PASS,
-          bool ALIGNED>
+          bool ALIGNED, bool SMEMC>
 __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -156,6 +156,26 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
         if (v < rs.body) reg[k] = V::load(xr + v * VEC);
       }
     }
+    // The chunks kept in shared memory are copied there by cp.async, all in flight with the register loads (no
+    // registers held while in flight; each thread reads back only its own slots, after cp.async.wait_group, and
+    // refills them only after its previous row's last read of them). With a residual its chunks land in a second
+    // region, cache + smem_chunks * G (the wrapper sizes the shared memory for both). Loaded through registers
+    // instead, a few at a time between Welford merges, they left a float32 32K row's loads mostly serialised:
+    // 0.52 of the copy bandwidth on the H200, where a Triton kernel that issues the whole row at once reached 0.85.
+    // (only in the SMEMC instantiations, which the wrapper launches for rows that have such chunks: the others
+    // compile as without this code; sharing one slowed fused RMSNorm at bfloat16 2K-16K by 10-15 %)
+    const int nsm = SMEMC ? min(smem_chunks, nchunks - NV) : 0;
+    V* rcache = cache + smem_chunks * G;
+    if (SMEMC && nsm > 0) {
+      for (int k = 0; k < nsm; ++k) {
+        const int v = (NV + k) * G + t;
+        if (v < rs.body) {
+          cp_async_16(smem_u32(cache + k * G + t), xr + v * VEC, true);
+          if (has_res) cp_async_16(smem_u32(rcache + k * G + t), rr + v * VEC, true);
+        }
+      }
+      cp_async_commit();
+    }
 
     Welford st = Welford::identity();
     float ss = 0.f;
@@ -218,10 +238,23 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     }
 
     // chunks beyond the registers: shared memory while it lasts, else re-read in pass 2
+    if (SMEMC && nsm > 0) cp_async_wait<0>();  // this thread's copies of the row have landed
 #pragma unroll 4
     for (int k = NV; k < nchunks; ++k) {
       const int v = k * G + t;
       if (v < rs.body) {
+        if (SMEMC && k - NV < nsm) {  // copied above
+          V a = cache[(k - NV) * G + t];
+          if (has_res) {  // h = x + residual, rounded: the new residual stream, and what the row normalises
+            const V r = rcache[(k - NV) * G + t];
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) a.v[i] = from_float<T>(to_float(a.v[i]) + to_float(r.v[i]));
+            a.store(hr + v * VEC);
+            cache[(k - NV) * G + t] = a;
+          }
+          stats_vec(a);
+          continue;
+        }
         V a = V::load(xr + v * VEC);
         if (has_res) {
           const V r = V::load(rr + v * VEC);

@@ -258,8 +258,9 @@ def test_backward_stream_geometry(itemsize):
 
 def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
     """The register forward's TWO_PASS flag (LayerNorm statistics as two plain sums) ignores chunks beyond the
-    NV register chunks, so a launch must never pair it with nchunks > NV; RMSNorm never takes it; every kernel a
-    launch asks for is declared. Plans only (no device): get_kernel and the device queries are stubbed."""
+    NV register chunks, so a launch must never pair it with nchunks > NV; RMSNorm never takes it; SMEMC (the
+    cp.async-filled shared-memory chunks) exactly when the row has such chunks; every kernel a launch asks for is
+    declared. Plans only (no device): get_kernel and the device queries are stubbed."""
     import re
 
     from cuflash import _compile
@@ -271,7 +272,7 @@ def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
     monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
     monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
     monkeypatch.setattr(norm, "_FWD_CFG", {})
-    pattern = re.compile(r"norm_fwd<[^,]+, [^,]+, \d, (\d+), \d+, \d+, \w+, \w+, (\w+), (\w+)>")
+    pattern = re.compile(r"norm_fwd<[^,]+, [^,]+, \d, (\d+), \d+, \d+, \w+, \w+, (\w+), (\w+), (\w+)>")
     hiddens = list(range(1, 1100, 7)) + [2047, 2048, 4096, 8191, 8192, 16384, 16392, 32768, 65537, 1 << 20]
     two_pass = 0
     for dt in DTYPES:
@@ -284,8 +285,9 @@ def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
                             continue
                         name = asked[-1]
                         assert name in declared, name
-                        nv, tp, aligned = pattern.search(name).groups()
+                        nv, tp, aligned, smemc = pattern.search(name).groups()
                         assert aligned == "false" or (tp == "true" and hidden % (16 // np.dtype(dt).itemsize) == 0)
+                        assert (smemc == "true") == (plan.smem_chunks > 0), (name, hidden, plan.smem_chunks)
                         if tp == "true":
                             two_pass += 1
                             assert kind == norm.LAYER and plan.nchunks <= int(nv), (name, hidden, plan.nchunks)
@@ -385,7 +387,8 @@ def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path
     monkeypatch.setattr(norm, "STREAM_MIN_VECS", 0)  # every whole-vector row length streams
     monkeypatch.setattr(norm, "FWD_WAVES", 1 if path == "registers-strided" else 0)
     hiddens = (8, 129, 511, 1023, 1024, 1025, 2048, 4096, 12288)
-    for hidden in hiddens if path != "registers-strided" else (1023, 1025):
+    # 12288, 12289 float32 in a capped grid: rows with shared-memory chunks (cp.async-filled) in turn per block
+    for hidden in hiddens if path != "registers-strided" else (1023, 1025, 12288, 12289):
         for rows in (9, 1001, 12001):
             if rows * hidden > 13_000_000:
                 continue
