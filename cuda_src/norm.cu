@@ -23,7 +23,7 @@
 //   norm_bwd     dx per row from two row sums; dweight/dbias partial column sums per block (in shared memory
 //                when they fit, else in the block's own workspace row), written to a [nblocks, hidden] float32
 //                workspace — no atomics; rows are assigned to blocks in a fixed order
-//   norm_bwd_stream  the backward of whole-vector rows of 64..1024 vectors: two rows staged ahead by cp.async,
+//   norm_bwd_stream  the backward of whole-vector rows of 64..2048 vectors: two rows staged ahead by cp.async,
 //                dweight/dbias partials in registers, one workspace row per row group
 //   reduce_parts the second, deterministic reduction of the workspace over blocks (fixed order)
 //
@@ -754,24 +754,30 @@ __global__ void __launch_bounds__(512) norm_bwd(
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Backward, streamed (rows of whole 16-byte vectors, 64 to 1024 of them: the wrapper's choice). norm_bwd holds a
+// Backward, streamed (rows of whole 16-byte vectors, 64 to 2048 of them: the wrapper's choice). norm_bwd holds a
 // row's x and dy in registers, which caps the bytes in flight and serialises a row's loads with its sums and
-// stores; here thread t of a row's G threads owns body vectors t and G + t (VPT = 2) and stages them for the next
-// S - 1 rows in shared memory with cp.async, so later rows' loads overlap this row's work. Slot layout
+// stores; here thread t of a row's G threads owns body vectors t, G + t, ... (VPT of them) and stages them for the
+// next S - 1 rows in shared memory with cp.async, so later rows' loads overlap this row's work. Slot layout
 // [stage][x|dy][k][thread]; a thread reads back only the slots it filled itself, so cp.async.wait_group alone
-// orders them (no barrier). The row's two sums: warp shuffles, then (G > 32) one barrier on a double-buffered
+// orders them (no barrier). VPT = 2 (rows of up to 1024 vectors) keeps the row's vectors in registers between
+// the two passes; VPT = 4 (1025..2048 vectors, 512 threads) reads them from the stage again in the second pass,
+// which leaves the registers to the 4 * VEC dw and db partial sums (held in registers too, the probe's VPT = 4
+// kernel spilled). The row's two sums: warp shuffles, then (G > 32) one barrier on a double-buffered
 // array. ROWS = blockDim.x / G rows at a time per block; the block's loop is uniform (a group past the last row
 // still joins the barrier). Persistent grid (gridDim.x = resident blocks, rows grid-stride in a fixed order): a
 // thread's columns are the same in every row, so its weights and its dw/db partial sums stay in registers
 // (2 * VPT * VEC floats) and are written once, to workspace row blockIdx.x * ROWS + group (reduce_parts sums
 // them in a fixed order). Probe (experiments/scratch/lnb_probe.py, bf16 LayerNorm, H200): 0.86-0.905 of the
 // copy bandwidth at hidden 1K-8K with 3 stages, against 0.57-0.65 for norm_bwd.
-template <typename T, typename W, int KIND, int S, int MAXT, int MINB>
+template <typename T, typename W, int KIND, int S, int VPT, int MAXT, int MINB>
 __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
     const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
     const i64 rows, const int hidden, const int G) {
-  constexpr int VEC = Vec16<T>::N, VPT = 2;
+  constexpr int VEC = Vec16<T>::N;
+  constexpr bool REREAD = VPT > 2;  // the second pass reads the row from its stage again (not kept in registers)
+  // weights wider than the data (float32 weights of a 16-bit row) at VPT = 4 would spill: read per use (L1)
+  constexpr bool WREG = !(REREAD && sizeof(W) > sizeof(T));
   static_assert(S >= 2, "at least one row in flight ahead");
   typedef Vec<T, VEC> V;
   typedef Vec<W, VEC> P;
@@ -784,11 +790,11 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
   if (KIND == RMS) ws_db = nullptr;  // RMSNorm has no bias (the wrapper passes none)
   auto slot = [&](int st, int a, int k) { return ring + ((st * 2 + a) * VPT + k) * blockDim.x + threadIdx.x; };
 
-  P wreg[VPT];
+  P wreg[WREG ? VPT : 1];
   float pdw[VPT][VEC], pdb[VPT][VEC];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    if (w && k * G + t < body) wreg[k] = P::load(w + (k * G + t) * VEC);
+    if (WREG && w && k * G + t < body) wreg[k] = P::load(w + (k * G + t) * VEC);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) pdw[k][i] = pdb[k][i] = 0.f;
   }
@@ -824,9 +830,12 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
       r_n = rstd[row + step];
     }
     cp_async_wait<S - 2>();  // this row's copies (this thread's) have landed
-    V xa[VPT], da[VPT];
+    const int cur = st;
+    V xa[REREAD ? 1 : VPT], da[REREAD ? 1 : VPT];
+    if (!REREAD) {
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) { xa[k] = *slot(st, 0, k); da[k] = *slot(st, 1, k); }
+      for (int k = 0; k < VPT; ++k) { xa[k] = *slot(st, 0, k); da[k] = *slot(st, 1, k); }
+    }
     issue(row + (S - 1) * step, st == 0 ? S - 1 : st - 1);  // into the stage read in the previous iteration
     st = st == S - 1 ? 0 : st + 1;
 
@@ -835,9 +844,10 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (live && k * G + t < body) {
-        const V xo = opaque(xa[k]), dq = opaque(da[k]);  // recomputed in the second pass, not kept as floats
+        // recomputed in the second pass, not kept as floats
+        const V xo = REREAD ? *slot(cur, 0, k) : opaque(xa[k]), dq = REREAD ? *slot(cur, 1, k) : opaque(da[k]);
         float wv[VEC];
-        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
+        if (w) unpack<W, VEC>(WREG ? opaque(wreg[k]) : P::load(w + (k * G + t) * VEC), wv);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           const float xh = (to_float(xo.v[i]) - mu) * r;
@@ -876,9 +886,9 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
     for (int k = 0; k < VPT; ++k) {
       const int v = k * G + t;
       if (live && v < body) {
-        const V xo = opaque(xa[k]), dq = opaque(da[k]);
+        const V xo = REREAD ? *slot(cur, 0, k) : opaque(xa[k]), dq = REREAD ? *slot(cur, 1, k) : opaque(da[k]);
         float wv[VEC];
-        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
+        if (w) unpack<W, VEC>(WREG ? opaque(wreg[k]) : P::load(w + (k * G + t) * VEC), wv);
         V o;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {

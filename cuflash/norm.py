@@ -46,9 +46,10 @@ STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at 
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
-BWD_STREAM_VECS = (64, 1024)  # ... when they have this many vectors (two per thread, at most 512 threads; bf16
-                              # hidden 512-8192, float32 256-4096). bf16 LayerNorm probe on the H200:
-                              # 0.86-0.905 of copy at 1K-8K, norm_bwd 0.57-0.65 (experiments/scratch/lnb_probe.py)
+BWD_STREAM_VECS = (64, 2048)  # ... when they have this many vectors (two per thread up to 1024 vectors, four
+                              # beyond; at most 512 threads; bf16 hidden 512-16384, float32 256-8192). bf16
+                              # LayerNorm probe on the H200: 0.86-0.905 of copy at 1K-8K, norm_bwd 0.57-0.65
+                              # (experiments/scratch/lnb_probe.py)
 BWD_STREAM_STAGES = 3    # rows in shared memory per group: the current one and two ahead
 HOLD = True     # rows of whole 16-byte vectors: a thread's columns are the same in every row, so its weight/bias
                 # vectors (and the backward's dw/db partial sums) stay in registers across rows for its first
@@ -141,9 +142,9 @@ def _bwd_name(dt, wdt, kind):
     return f"cuflash::norm_bwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {NV}, {nh}>"
 
 
-def _bwd_stream_name(dt, wdt, kind):
+def _bwd_stream_name(dt, wdt, kind, vpt=2):
     return (f"cuflash::norm_bwd_stream<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {BWD_STREAM_STAGES}, "
-            f"512, 1>")
+            f"{vpt}, 512, 1>")
 
 
 def _red_name(odt):
@@ -162,7 +163,7 @@ def _declare():
                               for res in (False, True) for warp in (False, True) for aligned in (False, True)
                               if aligned or not warp]
                 names += [_fwd_name(dt, wdt, kind, res, False, False, False, True) for res in (False, True)]
-                names += [_bwd_name(dt, wdt, kind), _bwd_stream_name(dt, wdt, kind)]
+                names += [_bwd_name(dt, wdt, kind)] + [_bwd_stream_name(dt, wdt, kind, v) for v in (2, 4)]
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
 
@@ -427,24 +428,26 @@ def rms_norm(x, normalized_shape, weight=None, eps=None, *, residual=None, retur
 # ------------------------------------------------------------------------------------------------------------
 # backward
 _BWD_CFG: dict = {}
-BwdPlan = namedtuple("BwdPlan", "stream kern G rpb nchunks smem dw_global db_global max_blocks")
+BwdPlan = namedtuple("BwdPlan", "stream kern G rpb nchunks smem dw_global db_global max_blocks vpt")
 BwdPlan.__doc__ = """How the backward runs for one row length: ``stream`` (norm_bwd_stream: rows of whole 16-byte vectors,
-BWD_STREAM_VECS[0] to [1] of them, staged by cp.async) or norm_bwd (row in registers, general). ``G`` threads per
-row, ``rpb`` rows per block at a time, ``smem`` dynamic shared bytes, ``max_blocks`` the persistent grid's cap
+BWD_STREAM_VECS[0] to [1] of them, staged by cp.async, ``vpt`` vectors a thread) or norm_bwd (row in registers,
+general). ``G`` threads per row, ``rpb`` rows per block at a time, ``smem`` dynamic shared bytes, ``max_blocks`` the persistent grid's cap
 (resident blocks); every block writes ``rpb`` partial dw/db rows when streamed, one otherwise."""
 
 
 def _bwd_stream_geometry(itemsize, hidden):
-    """(G threads per row, rows per block) of norm_bwd_stream for this row length, or None where it does not
-    apply (a row that is not whole 16-byte vectors, or has fewer than BWD_STREAM_VECS[0] or more than
-    BWD_STREAM_VECS[1] of them; BWD_STREAM off). Two vectors per thread, G a multiple of 32; max(1, 128 // G)
-    rows per block (blocks of 96 to 512 threads: 96 for rows of 129 to 192 vectors)."""
+    """(G threads per row, rows per block, VPT vectors per thread) of norm_bwd_stream for this row length, or
+    None where it does not apply (a row that is not whole 16-byte vectors, or has fewer than BWD_STREAM_VECS[0]
+    or more than BWD_STREAM_VECS[1] of them; BWD_STREAM off). Two vectors per thread for rows of up to 1024
+    vectors, four beyond (G = 288..512); G a multiple of 32; max(1, 128 // G) rows per block (blocks of 96 to
+    512 threads: 96 for rows of 129 to 192 vectors)."""
     vec = 16 // itemsize
     body = hidden // vec
     if not (BWD_STREAM and hidden % vec == 0 and BWD_STREAM_VECS[0] <= body <= BWD_STREAM_VECS[1]):
         return None
-    G = 32 * math.ceil(math.ceil(body / 2) / 32)
-    return G, max(1, 128 // G)
+    vpt = 2 if body <= 1024 else 4
+    G = 32 * math.ceil(math.ceil(body / vpt) / 32)
+    return G, max(1, 128 // G), vpt
 
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
@@ -453,12 +456,13 @@ def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
     if cfg is not None:
         return cfg
     geo = _bwd_stream_geometry(dt.itemsize, hidden)
-    if geo is not None:
-        G, rpb = geo
-        smem = BWD_STREAM_STAGES * 2 * 2 * G * rpb * 16  # [stage][x | dy][2 vectors][thread] of 16 bytes
-        kern = _compile.get_kernel(_SRC, _bwd_stream_name(dt, wdt, kind))
+    # [stage][x | dy][vpt vectors][thread] of 16 bytes; a device with less shared memory takes norm_bwd
+    if geo is not None and BWD_STREAM_STAGES * 2 * geo[2] * geo[0] * geo[1] * 16 <= _compile.max_shared_optin(dev) - 1024:
+        G, rpb, vpt = geo
+        smem = BWD_STREAM_STAGES * 2 * vpt * G * rpb * 16
+        kern = _compile.get_kernel(_SRC, _bwd_stream_name(dt, wdt, kind, vpt))
         per_sm = _resident_blocks(kern, G * rpb, smem, dev)
-        cfg = _BWD_CFG[key] = BwdPlan(True, kern, G, rpb, 2, smem, 0, 0, per_sm * _compile.sm_count(dev))
+        cfg = _BWD_CFG[key] = BwdPlan(True, kern, G, rpb, vpt, smem, 0, 0, per_sm * _compile.sm_count(dev), vpt)
         return cfg
     G, nchunks, _ = _geometry(dt.itemsize, hidden, 0, BWD_MAX_THREADS)
     acc_row = 4 * hidden  # bytes of one accumulator region
@@ -485,7 +489,7 @@ def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
     kern = _compile.get_kernel(_SRC, _bwd_name(dt, wdt, kind))
     per_sm = _resident_blocks(kern, G * rows_per_block, smem, dev)
     cfg = _BWD_CFG[key] = BwdPlan(False, kern, G, rows_per_block, nchunks, smem, dw_global, db_global,
-                                  per_sm * _compile.sm_count(dev))
+                                  per_sm * _compile.sm_count(dev), 0)
     return cfg
 
 

@@ -233,26 +233,30 @@ def test_every_kernel_is_declared():
                     for warp in (False, True):  # rows of whole vectors
                         assert norm._fwd_name(dt, wdt, kind, res, warp, True, True) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
-                assert norm._bwd_stream_name(dt, wdt, kind) in names
+                assert norm._bwd_stream_name(dt, wdt, kind, 2) in names
+                assert norm._bwd_stream_name(dt, wdt, kind, 4) in names
         assert norm._red_name(dt) in names
 
 
 @pytest.mark.parametrize("itemsize", [4, 2])
 def test_backward_stream_geometry(itemsize):
-    """norm_bwd_stream takes exactly the rows of whole 16-byte vectors with 64..1024 of them, two vectors per
-    thread with just enough threads (G, a multiple of 32, at most 512), max(1, 128 // G) rows a block (blocks of
-    96..512 threads: 96 for rows of 129..192 vectors); every other row length goes to norm_bwd."""
+    """norm_bwd_stream takes exactly the rows of whole 16-byte vectors with 64..2048 of them, two vectors per
+    thread up to 1024 vectors and four beyond, with just enough threads (G, a multiple of 32, at most 512),
+    max(1, 128 // G) rows a block (blocks of 96..512 threads: 96 for rows of 129..192 vectors); every other row
+    length goes to norm_bwd."""
     vec = 16 // itemsize
     lo, hi = norm.BWD_STREAM_VECS
     for hidden in sorted({1, 7, 8, 63 * vec, lo * vec - 1, lo * vec, lo * vec + 1, lo * vec + vec, 1000, 1024,
-                          1536, 2048, 3000, 4096, 8192, hi * vec - vec, hi * vec, hi * vec + vec, 65536}):
+                          1536, 2048, 3000, 4096, 8192, 1024 * vec, 1025 * vec, 16384, hi * vec - vec, hi * vec,
+                          hi * vec + vec, 65536}):
         geo = norm._bwd_stream_geometry(itemsize, hidden)
         body = hidden // vec
         if hidden % vec or not lo <= body <= hi:
             assert geo is None, hidden
             continue
-        G, rpb = geo
-        assert G % 32 == 0 and 2 * G >= body > 2 * (G - 32), hidden
+        G, rpb, vpt = geo
+        assert vpt == (2 if body <= 1024 else 4), hidden
+        assert G % 32 == 0 and vpt * G >= body > vpt * (G - 32), hidden
         assert G <= 512 and rpb == max(1, 128 // G) and 96 <= G * rpb <= 512, hidden
 
 
@@ -293,6 +297,36 @@ def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
                             assert kind == norm.LAYER and plan.nchunks <= int(nv), (name, hidden, plan.nchunks)
     assert two_pass > 0
 
+
+
+def test_backward_plans_ask_for_declared_kernels(monkeypatch):
+    """Every backward plan names a declared kernel; a streamed plan's VPT is the geometry's and its shared memory
+    ([stage][x | dy][VPT][thread] of 16 bytes) fits the device, and a device with too little shared memory for
+    it gets norm_bwd. Plans only (no device): get_kernel and the device queries are stubbed."""
+    from cuflash import _compile
+
+    declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
+    monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): name)
+    monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
+    for optin, dev in ((227 * 1024, 0), (99 * 1024, 1)):  # H100/H200-class, and a 99 KiB device (sm_86/sm_89)
+        monkeypatch.setattr(_compile, "max_shared_optin", lambda d, o=optin: o)
+        monkeypatch.setattr(norm, "_BWD_CFG", {})
+        for dt in DTYPES:
+            dt = np.dtype(dt)
+            for wdt in norm._wtypes(dt):
+                for kind in (norm.LAYER, norm.RMS):
+                    for hidden in (1, 1001, 512, 4096, 8192, 8196, 16384, 16392, 32768):
+                        pl = norm._bwd_config(kind, dt, np.dtype(wdt), hidden, True, dev)
+                        assert pl.kern in declared, pl.kern
+                        geo = norm._bwd_stream_geometry(dt.itemsize, hidden)
+                        if pl.stream:
+                            G, rpb, vpt = geo
+                            assert (pl.G, pl.rpb, pl.vpt) == (G, rpb, vpt)
+                            assert f", {vpt}, 512, 1>" in pl.kern
+                            assert pl.smem == norm.BWD_STREAM_STAGES * 2 * vpt * G * rpb * 16 <= optin - 1024
+                        else:
+                            assert geo is None or norm.BWD_STREAM_STAGES * 2 * geo[2] * geo[0] * geo[1] * 16 > optin - 1024
 
 # ------------------------------------------------------------------------------------------------------------
 # GPU helpers
@@ -571,10 +605,11 @@ def _run_backward(cp, rng, kind, dt, rows, hidden, wdt="same", with_weight=True)
     return dx, dw, db
 
 
-# the streamed backward (norm_bwd_stream) takes whole-vector rows of 64..1024 vectors: 504 (63 bf16 vectors), 512,
-# 256 (64 float32 vectors), 4100 (1025 float32 vectors), 8200 (1025 bf16 vectors) sit at its edges
+# the streamed backward (norm_bwd_stream) takes whole-vector rows of 64..2048 vectors (two a thread up to 1024, four
+# beyond): 504 (63 bf16 vectors), 512, 256 (64 float32 vectors), 4100 (1025 float32 vectors), 8200 (1025 bf16
+# vectors), 8196 (2049 float32 vectors), 16384 (2048 bf16 vectors), 16392 (2049 bf16 vectors) sit at its edges
 BWD_HIDDEN = [1, 3, 8, 9, 127, 129, 256, 504, 512, 767, 768, 769, 1024, 1025, 2048, 4096, 4097, 4100, 8192, 8193,
-              8200, 16385, 32768, 40001, 70001]
+              8196, 8200, 16384, 16385, 16392, 32768, 40001, 70001]
 
 
 @pytest.mark.gpu
@@ -591,7 +626,7 @@ def test_backward_matches_reference(cp, rng, kind, dt, hidden):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("rows,hidden", [(50021, 64), (20011, 512), (30011, 1024), (20011, 769), (4099, 4096),
-                                         (2003, 8192), (301, 40000)])
+                                         (2003, 8192), (1009, 16384), (301, 40000)])
 def test_backward_many_rows_deterministic(cp, rng, kind, rows, hidden):
     """Many rows per block and many blocks (and the workspace-row accumulators of huge rows): partial sums,
     the second reduction, bitwise reproducible from call to call."""
@@ -614,8 +649,8 @@ def test_backward_many_rows_deterministic(cp, rng, kind, rows, hidden):
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "registers"])
 def test_backward_paths_few_and_many_rows(cp, rng, monkeypatch, kind, stream):
-    """Both backward kernels on row lengths the streamed one takes (512, 1000, 2048, 4096) and one it does not
-    (1001: not whole vectors), with fewer rows than a block has groups (their partial dw/db rows must still be
+    """Both backward kernels on row lengths the streamed one takes (512, 1000, 2048, 4096, and 8192 / 16384 with
+    four vectors a thread) and one it does not (1001: not whole vectors), with fewer rows than a block has groups (their partial dw/db rows must still be
     written), rows that do not fill the last wave, and a float32 weight. Every float32 and 16-bit buffer the
     wrappers allocate (workspace, dx, dweight, dbias) starts as NaN, so an element no kernel writes shows."""
     monkeypatch.setattr(norm, "BWD_STREAM", stream)
@@ -632,10 +667,10 @@ def test_backward_paths_few_and_many_rows(cp, rng, monkeypatch, kind, stream):
 
     monkeypatch.setattr(cp, "empty", nan_empty)
     for dt in (np.dtype(np.float32), _dtypes.bfloat16):
-        for hidden in (512, 1000, 1001, 2048, 4096):
+        for hidden in (512, 1000, 1001, 2048, 4096, 2048 * (16 // dt.itemsize)):
             vec = 16 // dt.itemsize
             geo = norm._bwd_stream_geometry(dt.itemsize, hidden)
-            assert (geo is not None) == (stream and hidden % vec == 0 and hidden // vec <= 1024)
+            assert (geo is not None) == (stream and hidden % vec == 0 and hidden // vec <= 2048)
             for rows in (1, 3, 1237):
                 _run_backward(cp, rng, kind, dt, rows, hidden, wdt=np.float32 if rows == 3 else "same")
 
