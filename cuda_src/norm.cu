@@ -30,6 +30,7 @@
 // Traffic: forward reads h once (x, plus residual) and writes y (plus h); backward reads x and dy, writes dx.
 #include "cuflash/welford.cuh"
 #include "cuflash/async_copy.cuh"
+#include "cuflash/cluster.cuh"
 
 namespace cuflash {
 
@@ -769,11 +770,12 @@ __global__ void __launch_bounds__(512) norm_bwd(
 // (2 * VPT * VEC floats) and are written once, to workspace row blockIdx.x * ROWS + group (reduce_parts sums
 // them in a fixed order). Probe (experiments/scratch/lnb_probe.py, bf16 LayerNorm, H200): 0.86-0.905 of the
 // copy bandwidth at hidden 1K-8K with 3 stages, against 0.57-0.65 for norm_bwd.
-template <typename T, typename W, int KIND, int S, int VPT, int MAXT, int MINB>
-__global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
+template <typename T, typename W, int KIND, int S, int VPT, int CL>
+__device__ __forceinline__ void bwd_stream_body(
     const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
-    const i64 rows, const int hidden, const int G) {
+    const i64 rows, const int hidden, const int G, const unsigned rank, const int unit, const int nunits,
+    const float2* xch, const unsigned mbar) {
   constexpr int VEC = Vec16<T>::N;
   constexpr bool REREAD = VPT > 2;  // the second pass reads the row from its stage again (not kept in registers)
   // weights wider than the data (float32 weights of a 16-bit row) at VPT = 4 would spill: read per use (L1)
@@ -784,7 +786,8 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
   extern __shared__ __align__(16) unsigned char dsmem[];
   V* ring = reinterpret_cast<V*>(dsmem);
   __shared__ float2 red[2][16];  // [parity][warp of the block] (blockDim.x <= 512)
-  const int ROWS = blockDim.x / G, grp = threadIdx.x / G, t = threadIdx.x % G;
+  const int ROWS = blockDim.x / G, grp = threadIdx.x / G, tl = threadIdx.x % G;
+  const int t = (CL > 1 ? (int)rank * (VPT * G) : 0) + tl;  // this thread's first vector; its k-th is t + k * G
   const int lane = threadIdx.x & 31, nw = G >> 5, w0 = grp * nw;  // G is a multiple of 32
   const int body = hidden / VEC;
   if (KIND == RMS) ws_db = nullptr;  // RMSNorm has no bias (the wrapper passes none)
@@ -799,7 +802,7 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
     for (int i = 0; i < VEC; ++i) pdw[k][i] = pdb[k][i] = 0.f;
   }
 
-  const i64 step = (i64)gridDim.x * ROWS;
+  const i64 step = (i64)nunits * ROWS;
   auto issue = [&](i64 row, int st) {  // this thread's vectors of `row` into stage st (zeros past the end)
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -811,7 +814,7 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
     }
     cp_async_commit();
   };
-  const i64 first = (i64)blockIdx.x * ROWS;  // the block's first row base; group grp takes base + grp
+  const i64 first = (i64)unit * ROWS;  // the unit's first row base; group grp takes base + grp
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(first + s * step + grp, s);
   float mu_n = 0.f, r_n = 0.f;  // the next row's statistics, loaded a row ahead
@@ -821,6 +824,7 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
   }
 
   int st = 0, par = 0;
+  unsigned phase = 0;  // bit b: the parity of mbarrier b's next phase (CL > 1)
   for (i64 base = first; base < rows; base += step) {
     const i64 row = base + grp;
     const bool live = row < rows;
@@ -866,7 +870,7 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
       s2 += __shfl_xor_sync(0xffffffffu, s2, m);
     }
     if (nw > 1) {  // the group's warp sums, summed by every warp in lanes then by butterfly (same in every lane)
-      if (lane == 0) red[par][w0 + (t >> 5)] = make_float2(s1, s2);
+      if (lane == 0) red[par][w0 + (tl >> 5)] = make_float2(s1, s2);
       __syncthreads();
       const float2 q = lane < nw ? red[par][w0 + lane] : make_float2(0.f, 0.f);
       s1 = q.x;
@@ -876,6 +880,27 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
         s1 += __shfl_xor_sync(0xffffffffu, s1, m);
         s2 += __shfl_xor_sync(0xffffffffu, s2, m);
       }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+      if constexpr (CL > 1) {  // then the cluster's block sums (G >= 64 here), added in rank order (the same
+        // bits in every block)
+        const unsigned mb = mbar + 8 * par;
+        if (threadIdx.x == 0) mbar_arrive_expect_tx(mb, 8 * (CL - 1));
+        if (threadIdx.x < CL && threadIdx.x != rank)  // thread q sends to block q
+          st_async_f2(cluster_map_u32(smem_u32(xch + par * CL + rank), threadIdx.x), make_float2(s1, s2),
+                      cluster_map_u32(mb, threadIdx.x));
+        mbar_wait_cluster(mb, (phase >> par) & 1);
+        phase ^= 1u << par;
+        float a = 0.f, c = 0.f;
+#pragma unroll
+        for (int q = 0; q < CL; ++q) {
+          const float2 v = q == (int)rank ? make_float2(s1, s2) : xch[par * CL + q];
+          a += v.x;
+          c += v.y;
+        }
+        s1 = a;
+        s2 = c;
+      }
+#endif
       par ^= 1;  // the next row writes the other half: no second barrier before this row's reads
     }
     const float c1 = KIND == LAYER ? s1 / (float)hidden : 0.f;
@@ -904,7 +929,7 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
   cp_async_wait<0>();
 
   // ---- this group's partial row (zeros for a group that had no row)
-  const i64 p = (i64)blockIdx.x * ROWS + grp;
+  const i64 p = (i64)unit * ROWS + grp;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = k * G + t;
@@ -918,6 +943,46 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
     }
   }
 }
+
+// One block per row group (gridDim.x = resident blocks); partial row blockIdx.x * ROWS + group.
+template <typename T, typename W, int KIND, int S, int VPT, int MAXT, int MINB>
+__global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
+    const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
+    const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
+    const i64 rows, const int hidden, const int G) {
+  bwd_stream_body<T, W, KIND, S, VPT, 1>(dy, x, w, mean, rstd, dx, ws_dw, ws_db, rows, hidden, G, 0, blockIdx.x,
+                                         gridDim.x, nullptr, 0);
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// A row over the CL blocks of a thread-block cluster (sm_90+), G = blockDim.x threads and VPT = 4 vectors a thread
+// in each, block r owning vectors [r * 4G, (r + 1) * 4G); clusters take rows cluster-stride (persistent grid: as
+// many clusters as can be resident at once); partial row = the cluster's index, each block writing its columns.
+// The row's sums: each block's two sums go to every peer by st.async, counted by an mbarrier of the receiving
+// block (8 bytes from each of the CL - 1 peers, plus its own thread 0's arrival), no cluster barrier per row.
+// xch and the mbarriers are double-buffered by row parity: a peer sends row i + 2's sums only after it has this
+// block's sums of row i + 1, which this block sends after the block barrier of row i + 1 — after every thread
+// here has read row i's.
+template <typename T, typename W, int KIND, int S, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(512, 1) norm_bwd_cluster(
+    const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
+    const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
+    const i64 rows, const int hidden) {
+  static_assert(CL == 2 || CL == 4 || CL == 8, "portable cluster sizes");
+  __shared__ float2 xch[2][CL];
+  __shared__ __align__(8) unsigned long long mbar[2];
+  if (threadIdx.x == 0) {
+    mbar_init(smem_u32(&mbar[0]), 1);
+    mbar_init(smem_u32(&mbar[1]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster_sync();  // every block's mbarriers are initialised before any peer signals them
+  bwd_stream_body<T, W, KIND, S, 4, CL>(dy, x, w, mean, rstd, dx, ws_dw, ws_db, rows, hidden, blockDim.x,
+                                        cluster_rank(), blockIdx.x / CL, gridDim.x / CL, &xch[0][0],
+                                        smem_u32(&mbar[0]));
+  cluster_sync();  // no block leaves while a peer's store into it may be in flight
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------------------------
 // out[c] = sum over p of ws[p, c], in a fixed order: lane ty of a 32 x 32 block sums parts ty, ty + 32, ...,

@@ -44,6 +44,7 @@
 #include "cuflash/common.cuh"
 #include "cuflash/reduce.cuh"
 #include "cuflash/online_softmax.cuh"
+#include "cuflash/cluster.cuh"
 
 namespace cuflash {
 
@@ -520,18 +521,7 @@ __global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typ
 // distributed shared memory do not exist before Hopper (the host declares these names for sm_90 only).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 
-// The cluster primitives, as the compiler's built-ins (cooperative_groups::this_cluster() wraps the same ones,
-// but its header needs the CCCL headers on the include path, which the offline compile check does not have).
-//   arrive: release (this thread's earlier memory operations are visible to the cluster once the barrier
-//   completes); wait: acquire. Every thread of every block of the cluster takes part; arrive and wait alternate.
-__device__ __forceinline__ unsigned cluster_rank() { return __clusterRelativeBlockRank(); }
-__device__ __forceinline__ void cluster_arrive() { __cluster_barrier_arrive(); }
-__device__ __forceinline__ void cluster_wait() { __cluster_barrier_wait(); }
-__device__ __forceinline__ void cluster_sync() { cluster_arrive(); cluster_wait(); }
-// The address of `p` (a __shared__ object of this block) in the shared memory of block `rank` of the cluster.
-template <typename S> __device__ __forceinline__ S* cluster_map(S* p, unsigned rank) {
-  return reinterpret_cast<S*>(__cluster_map_shared_rank(reinterpret_cast<void*>(p), rank));
-}
+// The cluster primitives (cluster_rank, cluster_sync, cluster_map, ...): cuflash/cluster.cuh.
 
 // cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy), and its groups.
 // The copies a thread issues become visible to that thread after cp.async.wait_group: each thread of the cluster

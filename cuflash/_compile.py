@@ -15,6 +15,7 @@ with the same sources and options as the runtime path.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -128,6 +129,12 @@ def get_kernel(source: str, name: str, extra_options: tuple[str, ...] = ()):
 
 
 @functools.lru_cache(maxsize=None)
+def compute_capability(device_id: int) -> int:
+    """The device's compute capability as an integer (``90`` for the H100/H200)."""
+    return int(_device_arch(device_id))
+
+
+@functools.lru_cache(maxsize=None)
 def max_shared_optin(device_id: int) -> int:
     import cupy
 
@@ -139,6 +146,30 @@ def sm_count(device_id: int) -> int:
     import cupy
 
     return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
+
+
+class _LaunchConfig(ctypes.Structure):  # cuda.h: CUlaunchConfig
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
+
+def max_active_clusters(kernel, cluster: int, block: int, shared_mem: int):
+    """Clusters of ``cluster`` blocks of ``kernel`` (compiled with ``__cluster_dims__(cluster, 1, 1)``; ``block``
+    threads and ``shared_mem`` dynamic shared bytes per block) that the device can hold at once: the driver's
+    ``cuOccupancyMaxActiveClusters``, which knows how the SMs are grouped (a cluster's blocks share a GPC, so
+    this can be less than SMs // cluster). None when the driver cannot say (no libcuda, an older driver)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        if shared_mem + _static_smem(kernel) > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_mem:
+            kernel.max_dynamic_shared_size_bytes = shared_mem
+        cfg = _LaunchConfig(cluster, 1, 1, block, 1, 1, shared_mem, None, None, 0)
+        n = ctypes.c_int(0)
+        rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(kernel.kernel.ptr), ctypes.byref(cfg))
+    except (OSError, AttributeError):
+        return None
+    return n.value if rc == 0 and n.value > 0 else None
 
 
 GRID_MAX = (2**31 - 1, 65535, 65535)  # CUDA's limits on gridDim.x, .y, .z

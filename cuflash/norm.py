@@ -51,6 +51,10 @@ BWD_STREAM_VECS = (64, 2048)  # ... when they have this many vectors (two per th
                               # LayerNorm probe on the H200: 0.86-0.905 of copy at 1K-8K, norm_bwd 0.57-0.65
                               # (experiments/scratch/lnb_probe.py)
 BWD_STREAM_STAGES = 3    # rows in shared memory per group: the current one and two ahead
+BWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: longer whole-vector rows split over the blocks of a
+                               # thread-block cluster (norm_bwd_cluster), the smallest size that leaves each block
+                               # at most BWD_STREAM_VECS[1] vectors (up to 8 x 2048); () turns the path off
+_SM90_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster kernels compile for sm_90+ only (cuflash._compile)
 HOLD = True     # rows of whole 16-byte vectors: a thread's columns are the same in every row, so its weight/bias
                 # vectors (and the backward's dw/db partial sums) stay in registers across rows for its first
                 # NH chunks (_HELD_*) instead of being re-loaded per row, at the occupancy of before. Study
@@ -147,6 +151,11 @@ def _bwd_stream_name(dt, wdt, kind, vpt=2):
             f"{vpt}, 512, 1>")
 
 
+def _bwd_cluster_name(dt, wdt, kind, c):
+    return (f"cuflash::norm_bwd_cluster<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {BWD_STREAM_STAGES}, "
+            f"{c}>")
+
+
 def _red_name(odt):
     return f"cuflash::reduce_parts<{_dtypes.ctype(odt)}>"
 
@@ -166,6 +175,8 @@ def _declare():
                 names += [_bwd_name(dt, wdt, kind)] + [_bwd_stream_name(dt, wdt, kind, v) for v in (2, 4)]
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
+    _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c) for dt in _TYPES for wdt in _wtypes(dt)
+                            for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS)
 
 
 _declare()
@@ -428,41 +439,59 @@ def rms_norm(x, normalized_shape, weight=None, eps=None, *, residual=None, retur
 # ------------------------------------------------------------------------------------------------------------
 # backward
 _BWD_CFG: dict = {}
-BwdPlan = namedtuple("BwdPlan", "stream kern G rpb nchunks smem dw_global db_global max_blocks vpt")
-BwdPlan.__doc__ = """How the backward runs for one row length: ``stream`` (norm_bwd_stream: rows of whole 16-byte vectors,
-BWD_STREAM_VECS[0] to [1] of them, staged by cp.async, ``vpt`` vectors a thread) or norm_bwd (row in registers,
-general). ``G`` threads per row, ``rpb`` rows per block at a time, ``smem`` dynamic shared bytes, ``max_blocks`` the persistent grid's cap
-(resident blocks); every block writes ``rpb`` partial dw/db rows when streamed, one otherwise."""
+BwdPlan = namedtuple("BwdPlan", "stream kern G rpb nchunks smem dw_global db_global max_blocks vpt cluster")
+BwdPlan.__doc__ = """How the backward runs for one row length: ``stream`` (norm_bwd_stream: rows of whole 16-byte
+vectors, staged by cp.async, ``vpt`` vectors a thread) or norm_bwd (row in registers, general). ``G`` threads per
+row (per block), ``rpb`` rows per block at a time, ``smem`` dynamic shared bytes, ``max_blocks`` the persistent
+grid's cap (resident blocks); every block writes ``rpb`` partial dw/db rows when streamed, one otherwise.
+``cluster`` > 1: norm_bwd_cluster, that many blocks per row, ``max_blocks`` // ``cluster`` clusters at most (the
+ones the device holds at once), one partial row per cluster."""
 
 
-def _bwd_stream_geometry(itemsize, hidden):
-    """(G threads per row, rows per block, VPT vectors per thread) of norm_bwd_stream for this row length, or
-    None where it does not apply (a row that is not whole 16-byte vectors, or has fewer than BWD_STREAM_VECS[0]
-    or more than BWD_STREAM_VECS[1] of them; BWD_STREAM off). Two vectors per thread for rows of up to 1024
-    vectors, four beyond (G = 288..512); G a multiple of 32; max(1, 128 // G) rows per block (blocks of 96 to
-    512 threads: 96 for rows of 129 to 192 vectors)."""
+def _bwd_stream_geometry(itemsize, hidden, cc=None):
+    """(G threads per row and block, rows per block, VPT vectors per thread, C blocks per row) of the streamed
+    backward for this row length, or None where it does not apply. Rows of whole 16-byte vectors only (BWD_STREAM
+    on): with BWD_STREAM_VECS[0] to [1] of them, one block (norm_bwd_stream, C = 1): two vectors per thread up to
+    1024 vectors, four beyond (G = 288..512), max(1, 128 // G) rows per block (blocks of 96 to 512 threads: 96
+    for rows of 129 to 192 vectors); with more, on compute capability ``cc`` >= 90, a cluster of C in
+    BWD_CLUSTER_SIZES blocks (norm_bwd_cluster), the smallest that leaves each block at most BWD_STREAM_VECS[1]
+    vectors, four per thread. G a multiple of 32, just enough to cover the row (or the block's share)."""
     vec = 16 // itemsize
     body = hidden // vec
-    if not (BWD_STREAM and hidden % vec == 0 and BWD_STREAM_VECS[0] <= body <= BWD_STREAM_VECS[1]):
+    lo, hi = BWD_STREAM_VECS
+    if not BWD_STREAM or hidden % vec or body < lo:
         return None
-    vpt = 2 if body <= 1024 else 4
-    G = 32 * math.ceil(math.ceil(body / vpt) / 32)
-    return G, max(1, 128 // G), vpt
+    if body <= hi:
+        vpt = 2 if body <= 1024 else 4
+        G = 32 * math.ceil(math.ceil(body / vpt) / 32)
+        return G, max(1, 128 // G), vpt, 1
+    if (cc or 0) < 90:
+        return None
+    for c in BWD_CLUSTER_SIZES:
+        if body <= c * hi:
+            return 32 * math.ceil(math.ceil(math.ceil(body / c) / 4) / 32), 1, 4, c
+    return None
 
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
-    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD, BWD_STREAM, BWD_STREAM_VECS, BWD_STREAM_STAGES)
+    key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD, BWD_STREAM, BWD_STREAM_VECS, BWD_STREAM_STAGES,
+           BWD_CLUSTER_SIZES)
     cfg = _BWD_CFG.get(key)
     if cfg is not None:
         return cfg
-    geo = _bwd_stream_geometry(dt.itemsize, hidden)
+    geo = _bwd_stream_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
     # [stage][x | dy][vpt vectors][thread] of 16 bytes; a device with less shared memory takes norm_bwd
-    if geo is not None and BWD_STREAM_STAGES * 2 * geo[2] * geo[0] * geo[1] * 16 <= _compile.max_shared_optin(dev) - 1024:
-        G, rpb, vpt = geo
-        smem = BWD_STREAM_STAGES * 2 * vpt * G * rpb * 16
-        kern = _compile.get_kernel(_SRC, _bwd_stream_name(dt, wdt, kind, vpt))
-        per_sm = _resident_blocks(kern, G * rpb, smem, dev)
-        cfg = _BWD_CFG[key] = BwdPlan(True, kern, G, rpb, vpt, smem, 0, 0, per_sm * _compile.sm_count(dev), vpt)
+    smem = BWD_STREAM_STAGES * 2 * geo[2] * geo[0] * geo[1] * 16 if geo else 0
+    if geo is not None and smem <= _compile.max_shared_optin(dev) - 1024:
+        G, rpb, vpt, c = geo
+        if c == 1:
+            kern = _compile.get_kernel(_SRC, _bwd_stream_name(dt, wdt, kind, vpt))
+            max_blocks = _resident_blocks(kern, G * rpb, smem, dev) * _compile.sm_count(dev)
+        else:  # as many clusters as the device holds at once (the driver knows how SMs group), else a guess
+            kern = _compile.get_kernel(_SRC, _bwd_cluster_name(dt, wdt, kind, c), _SM90_OPTIONS)
+            n = _compile.max_active_clusters(kern, c, G, smem)
+            max_blocks = c * (n or _compile.sm_count(dev) // (2 * c))
+        cfg = _BWD_CFG[key] = BwdPlan(True, kern, G, rpb, vpt, smem, 0, 0, max_blocks, vpt, c)
         return cfg
     G, nchunks, _ = _geometry(dt.itemsize, hidden, 0, BWD_MAX_THREADS)
     acc_row = 4 * hidden  # bytes of one accumulator region
@@ -489,7 +518,7 @@ def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
     kern = _compile.get_kernel(_SRC, _bwd_name(dt, wdt, kind))
     per_sm = _resident_blocks(kern, G * rows_per_block, smem, dev)
     cfg = _BWD_CFG[key] = BwdPlan(False, kern, G, rows_per_block, nchunks, smem, dw_global, db_global,
-                                  per_sm * _compile.sm_count(dev), 0)
+                                  per_sm * _compile.sm_count(dev), 0, 1)
     return cfg
 
 
@@ -535,15 +564,23 @@ def _backward(kind, fn, dy, x, weight, mean, rstd):
         weight = _aligned(weight, 32 if wdt.itemsize * (16 // dt.itemsize) > 16 else 16)
     dev = x.device.id
     pl = _bwd_config(kind, dt, wdt, hidden, weight is not None, dev)
-    nb = max(1, min(math.ceil(rows / pl.rpb), pl.max_blocks))
-    nparts = nb * pl.rpb if pl.stream else nb  # partial dw/db rows: one per group (streamed), else per block
+    if pl.cluster > 1:  # clusters of pl.cluster blocks, one row at a time each; one partial row per cluster
+        nparts = max(1, min(rows, pl.max_blocks // pl.cluster))
+        nb = nparts * pl.cluster
+    else:  # one partial row per group (streamed) or per block
+        nb = max(1, min(math.ceil(rows / pl.rpb), pl.max_blocks))
+        nparts = nb * pl.rpb if pl.stream else nb
     ws_dw = cp.empty((nparts, hidden), np.float32) if weight is not None else None
     ws_db = cp.empty((nparts, hidden), np.float32) if kind == LAYER else None
     common = (dy, x, weight if weight is not None else _NULL, mean if kind == LAYER else _NULL, rstd, dx,
               ws_dw if ws_dw is not None else _NULL, ws_db if ws_db is not None else _NULL, np.int64(rows),
               np.int32(hidden))
-    tail = (np.int32(pl.G),) if pl.stream else (np.int32(pl.nchunks), np.int32(pl.G), np.int32(pl.dw_global),
-                                                np.int32(pl.db_global))
+    if pl.cluster > 1:
+        tail = ()
+    elif pl.stream:
+        tail = (np.int32(pl.G),)
+    else:
+        tail = (np.int32(pl.nchunks), np.int32(pl.G), np.int32(pl.dw_global), np.int32(pl.db_global))
     _compile.launch(pl.kern, (nb,), (pl.G * pl.rpb,), common + tail, shared_mem=pl.smem,
                     what=f"{fn} hidden={hidden} {dt}")
     dw = db = None

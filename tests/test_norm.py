@@ -238,24 +238,33 @@ def test_every_kernel_is_declared():
         assert norm._red_name(dt) in names
 
 
+@pytest.mark.parametrize("cc", [80, 90])
 @pytest.mark.parametrize("itemsize", [4, 2])
-def test_backward_stream_geometry(itemsize):
+def test_backward_stream_geometry(itemsize, cc):
     """norm_bwd_stream takes exactly the rows of whole 16-byte vectors with 64..2048 of them, two vectors per
     thread up to 1024 vectors and four beyond, with just enough threads (G, a multiple of 32, at most 512),
-    max(1, 128 // G) rows a block (blocks of 96..512 threads: 96 for rows of 129..192 vectors); every other row
-    length goes to norm_bwd."""
+    max(1, 128 // G) rows a block (blocks of 96..512 threads: 96 for rows of 129..192 vectors); on compute
+    capability 9.0 longer rows of up to 8 x 2048 vectors go to norm_bwd_cluster, over the smallest cluster of 2, 4
+    or 8 blocks that leaves each block at most 2048 vectors (four a thread, G >= 64); every other row length goes
+    to norm_bwd."""
     vec = 16 // itemsize
     lo, hi = norm.BWD_STREAM_VECS
     for hidden in sorted({1, 7, 8, 63 * vec, lo * vec - 1, lo * vec, lo * vec + 1, lo * vec + vec, 1000, 1024,
                           1536, 2048, 3000, 4096, 8192, 1024 * vec, 1025 * vec, 16384, hi * vec - vec, hi * vec,
-                          hi * vec + vec, 65536}):
-        geo = norm._bwd_stream_geometry(itemsize, hidden)
+                          hi * vec + vec, 2 * hi * vec, 2 * hi * vec + vec, 4 * hi * vec, 8 * hi * vec,
+                          8 * hi * vec + vec, 65536, 131072}):
+        geo = norm._bwd_stream_geometry(itemsize, hidden, cc)
         body = hidden // vec
-        if hidden % vec or not lo <= body <= hi:
+        if hidden % vec or body < lo or body > (8 * hi if cc >= 90 else hi):
             assert geo is None, hidden
             continue
-        G, rpb, vpt = geo
-        assert vpt == (2 if body <= 1024 else 4), hidden
+        G, rpb, vpt, c = geo
+        if body > hi:
+            c_want = next(c for c in (2, 4, 8) if body <= c * hi)
+            assert (c, vpt, rpb) == (c_want, 4, 1), hidden
+            assert G % 32 == 0 and 64 <= G <= 512 and 4 * G * c >= body > 4 * (G - 32) * c, hidden
+            continue
+        assert c == 1 and vpt == (2 if body <= 1024 else 4), hidden
         assert G % 32 == 0 and vpt * G >= body > vpt * (G - 32), hidden
         assert G <= 512 and rpb == max(1, 128 // G) and 96 <= G * rpb <= 512, hidden
 
@@ -302,28 +311,35 @@ def test_two_pass_only_for_rows_held_in_registers(monkeypatch):
 def test_backward_plans_ask_for_declared_kernels(monkeypatch):
     """Every backward plan names a declared kernel; a streamed plan's VPT is the geometry's and its shared memory
     ([stage][x | dy][VPT][thread] of 16 bytes) fits the device, and a device with too little shared memory for
-    it gets norm_bwd. Plans only (no device): get_kernel and the device queries are stubbed."""
+    it gets norm_bwd; rows longer than one block takes go over a cluster on compute capability 9.0 only, with as
+    many clusters as the driver says fit. Plans only (no device): get_kernel and the device queries are stubbed."""
     from cuflash import _compile
 
     declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
     monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): name)
     monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(_compile, "max_active_clusters", lambda kern, c, block, smem: 120 // c)
     monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
-    for optin, dev in ((227 * 1024, 0), (99 * 1024, 1)):  # H100/H200-class, and a 99 KiB device (sm_86/sm_89)
+    for optin, cc, dev in ((227 * 1024, 90, 0), (99 * 1024, 86, 1)):  # H100/H200-class, a 99 KiB sm_86 device
         monkeypatch.setattr(_compile, "max_shared_optin", lambda d, o=optin: o)
+        monkeypatch.setattr(_compile, "compute_capability", lambda d, c=cc: c)
         monkeypatch.setattr(norm, "_BWD_CFG", {})
         for dt in DTYPES:
             dt = np.dtype(dt)
             for wdt in norm._wtypes(dt):
                 for kind in (norm.LAYER, norm.RMS):
-                    for hidden in (1, 1001, 512, 4096, 8192, 8196, 16384, 16392, 32768):
+                    for hidden in (1, 1001, 512, 4096, 8192, 8196, 16384, 16392, 32768, 65536, 131072):
                         pl = norm._bwd_config(kind, dt, np.dtype(wdt), hidden, True, dev)
                         assert pl.kern in declared, pl.kern
-                        geo = norm._bwd_stream_geometry(dt.itemsize, hidden)
+                        geo = norm._bwd_stream_geometry(dt.itemsize, hidden, cc)
                         if pl.stream:
-                            G, rpb, vpt = geo
-                            assert (pl.G, pl.rpb, pl.vpt) == (G, rpb, vpt)
-                            assert f", {vpt}, 512, 1>" in pl.kern
+                            G, rpb, vpt, c = geo
+                            assert (pl.G, pl.rpb, pl.vpt, pl.cluster) == (G, rpb, vpt, c)
+                            if c == 1:
+                                assert f", {vpt}, 512, 1>" in pl.kern
+                            else:
+                                assert "norm_bwd_cluster" in pl.kern and pl.kern.endswith(f", {c}>")
+                                assert pl.max_blocks == c * (120 // c)
                             assert pl.smem == norm.BWD_STREAM_STAGES * 2 * vpt * G * rpb * 16 <= optin - 1024
                         else:
                             assert geo is None or norm.BWD_STREAM_STAGES * 2 * geo[2] * geo[0] * geo[1] * 16 > optin - 1024
@@ -606,10 +622,12 @@ def _run_backward(cp, rng, kind, dt, rows, hidden, wdt="same", with_weight=True)
 
 
 # the streamed backward (norm_bwd_stream) takes whole-vector rows of 64..2048 vectors (two a thread up to 1024, four
-# beyond): 504 (63 bf16 vectors), 512, 256 (64 float32 vectors), 4100 (1025 float32 vectors), 8200 (1025 bf16
-# vectors), 8196 (2049 float32 vectors), 16384 (2048 bf16 vectors), 16392 (2049 bf16 vectors) sit at its edges
+# beyond), the cluster one (sm_90) up to 8 x 2048: 504 (63 bf16 vectors), 512, 256 (64 float32 vectors), 4100 (1025
+# float32 vectors), 8200 (1025 bf16 vectors), 8196 (2049 float32 vectors: a cluster of 2), 16384 (2048 bf16
+# vectors), 16392 (2049 bf16 vectors), 32768 (4096 bf16 vectors: 2 blocks; 8192 float32: 4), 32776 (4097 bf16: 4
+# blocks), 65536 (8192 bf16: 4 blocks; 16384 float32: 8), 65544 (8193 bf16: 8 blocks) sit at their edges
 BWD_HIDDEN = [1, 3, 8, 9, 127, 129, 256, 504, 512, 767, 768, 769, 1024, 1025, 2048, 4096, 4097, 4100, 8192, 8193,
-              8196, 8200, 16384, 16385, 16392, 32768, 40001, 70001]
+              8196, 8200, 16384, 16385, 16392, 32768, 32776, 40001, 65536, 65544, 70001]
 
 
 @pytest.mark.gpu
@@ -626,7 +644,7 @@ def test_backward_matches_reference(cp, rng, kind, dt, hidden):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("rows,hidden", [(50021, 64), (20011, 512), (30011, 1024), (20011, 769), (4099, 4096),
-                                         (2003, 8192), (1009, 16384), (301, 40000)])
+                                         (2003, 8192), (1009, 16384), (1009, 32768), (301, 40000)])
 def test_backward_many_rows_deterministic(cp, rng, kind, rows, hidden):
     """Many rows per block and many blocks (and the workspace-row accumulators of huge rows): partial sums,
     the second reduction, bitwise reproducible from call to call."""
@@ -649,8 +667,9 @@ def test_backward_many_rows_deterministic(cp, rng, kind, rows, hidden):
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "registers"])
 def test_backward_paths_few_and_many_rows(cp, rng, monkeypatch, kind, stream):
-    """Both backward kernels on row lengths the streamed one takes (512, 1000, 2048, 4096, and 8192 / 16384 with
-    four vectors a thread) and one it does not (1001: not whole vectors), with fewer rows than a block has groups (their partial dw/db rows must still be
+    """Both backward kernels on row lengths the streamed one takes (512, 1000, 2048, 4096; 2048 vectors with four
+    a thread; 4097 vectors over a cluster of 4 blocks on the H100/H200, uneven shares) and one it does not (1001:
+    not whole vectors), with fewer rows than a block has groups (their partial dw/db rows must still be
     written), rows that do not fill the last wave, and a float32 weight. Every float32 and 16-bit buffer the
     wrappers allocate (workspace, dx, dweight, dbias) starts as NaN, so an element no kernel writes shows."""
     monkeypatch.setattr(norm, "BWD_STREAM", stream)
@@ -667,11 +686,11 @@ def test_backward_paths_few_and_many_rows(cp, rng, monkeypatch, kind, stream):
 
     monkeypatch.setattr(cp, "empty", nan_empty)
     for dt in (np.dtype(np.float32), _dtypes.bfloat16):
-        for hidden in (512, 1000, 1001, 2048, 4096, 2048 * (16 // dt.itemsize)):
-            vec = 16 // dt.itemsize
-            geo = norm._bwd_stream_geometry(dt.itemsize, hidden)
-            assert (geo is not None) == (stream and hidden % vec == 0 and hidden // vec <= 2048)
-            for rows in (1, 3, 1237):
+        vec = 16 // dt.itemsize
+        for hidden in (512, 1000, 1001, 2048, 4096, 2048 * vec, 4097 * vec):
+            geo = norm._bwd_stream_geometry(dt.itemsize, hidden, 90)
+            assert (geo is not None) == (stream and hidden % vec == 0 and hidden // vec <= 8 * 2048)
+            for rows in (1, 3, 1237 if hidden <= 16384 else 263):  # 263: several rows per cluster
                 _run_backward(cp, rng, kind, dt, rows, hidden, wdt=np.float32 if rows == 3 else "same")
 
 

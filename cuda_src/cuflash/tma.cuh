@@ -2,6 +2,7 @@
 // tensor map (CUtensorMap, built on the host by cuTensorMapEncodeTiled and passed as a __grid_constant__ kernel
 // parameter), completed on an mbarrier by transaction bytes.
 #pragma once
+#include "cuflash/mbarrier.cuh"  // mbar_arrive_expect_tx
 
 namespace cuflash {
 
@@ -9,12 +10,6 @@ namespace cuflash {
 struct __align__(64) TmaMap {
   unsigned long long opaque[16];
 };
-
-// One arrival on the mbarrier at `mbar` that also raises its expected transaction count by `bytes`: the phase
-// completes once every arrival is in and that many bytes have landed.
-__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned mbar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
-}
 
 // Copy the box at coordinates (c0 innermost .. c3) of the 4-D tensor `map` into shared memory at `dst` (laid out
 // and swizzled as the map says); completion is signalled on `mbar` (complete_tx with the box's bytes).

@@ -29,6 +29,7 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include "cuflash/mbarrier.cuh"
 
 namespace cuflash {
 
@@ -64,26 +65,7 @@ template <int N> __device__ __forceinline__ void fence_regs(unsigned (&d)[N]) {
 }
 
 
-// ---- mbarrier (shared-memory 64-bit barrier objects; addresses are 32-bit shared-window addresses) ---------
-// init(count): the phase completes after `count` arrivals. arrive: release semantics. wait(parity): blocks until
-// the phase with that parity has completed (acquire). cp_async_arrive_noinc: one arrival triggered when every
-// cp.async issued so far by this thread has landed (count it in `count`; no pending-count increment).
-__device__ __forceinline__ void mbar_init(unsigned addr, unsigned count) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned addr) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned addr, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(addr), "r"(parity) : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void cp_async_arrive_noinc(unsigned addr) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(addr) : "memory");
-}
+// ---- mbarrier: cuflash/mbarrier.cuh
 
 // ---- named barriers (ids 1..15; 0 is __syncthreads) and register reallocation ---------------------------
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
