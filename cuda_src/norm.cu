@@ -770,12 +770,12 @@ __global__ void __launch_bounds__(512) norm_bwd(
 // (2 * VPT * VEC floats) and are written once, to workspace row blockIdx.x * ROWS + group (reduce_parts sums
 // them in a fixed order). Probe (experiments/scratch/lnb_probe.py, bf16 LayerNorm, H200): 0.86-0.905 of the
 // copy bandwidth at hidden 1K-8K with 3 stages, against 0.57-0.65 for norm_bwd.
-template <typename T, typename W, int KIND, int S, int VPT, int CL>
+template <typename T, typename W, int KIND, int S, int VPT, int CL, bool LAG, int NB>
 __device__ __forceinline__ void bwd_stream_body(
     const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
     const i64 rows, const int hidden, const int G, const unsigned rank, const int unit, const int nunits,
-    const float2* xch, const unsigned mbar) {
+    float2* xch, float2* stat, const unsigned mbar) {
   constexpr int VEC = Vec16<T>::N;
   constexpr bool REREAD = VPT > 2;  // the second pass reads the row from its stage again (not kept in registers)
   // weights wider than the data (float32 weights of a 16-bit row) at VPT = 4 would spill: read per use (L1)
@@ -823,28 +823,10 @@ __device__ __forceinline__ void bwd_stream_body(
     r_n = rstd[first + grp];
   }
 
-  int st = 0, par = 0;
-  unsigned phase = 0;  // bit b: the parity of mbarrier b's next phase (CL > 1)
-  for (i64 base = first; base < rows; base += step) {
-    const i64 row = base + grp;
-    const bool live = row < rows;
-    const float mu = mu_n, r = r_n;
-    if (row + step < rows) {
-      if (KIND == LAYER) mu_n = mean[row + step];
-      r_n = rstd[row + step];
-    }
-    cp_async_wait<S - 2>();  // this row's copies (this thread's) have landed
-    const int cur = st;
-    V xa[REREAD ? 1 : VPT], da[REREAD ? 1 : VPT];
-    if (!REREAD) {
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) { xa[k] = *slot(st, 0, k); da[k] = *slot(st, 1, k); }
-    }
-    issue(row + (S - 1) * step, st == 0 ? S - 1 : st - 1);  // into the stage read in the previous iteration
-    st = st == S - 1 ? 0 : st + 1;
-
-    // ---- the row's sums of g and g * xhat (g = dy * w); this thread's dw, db partials
-    float s1 = 0.f, s2 = 0.f;
+  V xa[REREAD ? 1 : VPT], da[REREAD ? 1 : VPT];  // VPT = 2: the row's vectors, read from the stage once
+  // ---- the row's sums of g and g * xhat (g = dy * w) over this thread's vectors (stage `cur`); dw, db partials
+  auto pass1 = [&](int cur, bool live, float mu, float r, float& s1, float& s2) {
+    s1 = s2 = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (live && k * G + t < body) {
@@ -864,6 +846,10 @@ __device__ __forceinline__ void bwd_stream_body(
         }
       }
     }
+  };
+  // ---- the group's sums: warp shuffles, then (G > 32) one barrier on a double-buffered array (every lane)
+  int par = 0;
+  auto group_sum = [&](float& s1, float& s2) {
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) {
       s1 += __shfl_xor_sync(0xffffffffu, s1, m);
@@ -880,33 +866,13 @@ __device__ __forceinline__ void bwd_stream_body(
         s1 += __shfl_xor_sync(0xffffffffu, s1, m);
         s2 += __shfl_xor_sync(0xffffffffu, s2, m);
       }
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-      if constexpr (CL > 1) {  // then the cluster's block sums (G >= 64 here), added in rank order (the same
-        // bits in every block)
-        const unsigned mb = mbar + 8 * par;
-        if (threadIdx.x == 0) mbar_arrive_expect_tx(mb, 8 * (CL - 1));
-        if (threadIdx.x < CL && threadIdx.x != rank)  // thread q sends to block q
-          st_async_f2(cluster_map_u32(smem_u32(xch + par * CL + rank), threadIdx.x), make_float2(s1, s2),
-                      cluster_map_u32(mb, threadIdx.x));
-        mbar_wait_cluster(mb, (phase >> par) & 1);
-        phase ^= 1u << par;
-        float a = 0.f, c = 0.f;
-#pragma unroll
-        for (int q = 0; q < CL; ++q) {
-          const float2 v = q == (int)rank ? make_float2(s1, s2) : xch[par * CL + q];
-          a += v.x;
-          c += v.y;
-        }
-        s1 = a;
-        s2 = c;
-      }
-#endif
       par ^= 1;  // the next row writes the other half: no second barrier before this row's reads
     }
+  };
+  // ---- dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) from the row's sums s1, s2 of g and g * xhat
+  auto pass2 = [&](int cur, i64 row, bool live, float mu, float r, float s1, float s2) {
     const float c1 = KIND == LAYER ? s1 / (float)hidden : 0.f;
     const float c2 = s2 / (float)hidden;
-
-    // ---- dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = k * G + t;
@@ -925,7 +891,115 @@ __device__ __forceinline__ void bwd_stream_body(
         o.store(dx + row * (i64)hidden + (i64)v * VEC);
       }
     }
+  };
+
+  int st = 0;
+  if constexpr (CL == 1) {
+    for (i64 base = first; base < rows; base += step) {
+      const i64 row = base + grp;
+      const bool live = row < rows;
+      const float mu = mu_n, r = r_n;
+      if (row + step < rows) {
+        if (KIND == LAYER) mu_n = mean[row + step];
+        r_n = rstd[row + step];
+      }
+      cp_async_wait<S - 2>();  // this row's copies (this thread's) have landed
+      const int cur = st;
+      if (!REREAD) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) { xa[k] = *slot(st, 0, k); da[k] = *slot(st, 1, k); }
+      }
+      issue(row + (S - 1) * step, st == 0 ? S - 1 : st - 1);  // into the stage read in the previous iteration
+      st = st == S - 1 ? 0 : st + 1;
+      float s1, s2;
+      pass1(cur, live, mu, r, s1, s2);
+      group_sum(s1, s2);
+      pass2(cur, row, live, mu, r, s1, s2);
+    }
   }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+  if constexpr (CL > 1) {  // one row at a time (ROWS = 1, G = blockDim.x >= 64), the same rows in every block
+    static_assert(REREAD, "the cluster kernel reads the row from its stage in both passes");
+    // the cluster's row sums through buffer b of NB: this block's go to slot `rank` of every block's xch[b]
+    // (thread 0 its own, with the row's statistics in stat[b], before its arrival: the mbarrier's release), thread
+    // q to block q by st.async; receive waits for all of them and adds the CL slots in rank order (the same bits in
+    // every block), and returns the row's statistics (held in shared memory, not in registers, across a pass)
+    unsigned phase = 0;  // bit b: the parity of mbarrier b's current phase
+    auto send = [&](int b, float s1, float s2, float mu, float r) {
+      const unsigned mb = mbar + 8 * b;
+      if (threadIdx.x == 0) {
+        xch[b * CL + rank] = make_float2(s1, s2);
+        stat[b] = make_float2(mu, r);
+        mbar_arrive_expect_tx(mb, 8 * (CL - 1));
+      }
+      if (threadIdx.x < CL && threadIdx.x != rank)
+        st_async_f2(cluster_map_u32(smem_u32(xch + b * CL + rank), threadIdx.x), make_float2(s1, s2),
+                    cluster_map_u32(mb, threadIdx.x));
+    };
+    auto receive = [&](int b, float& s1, float& s2, float& mu, float& r) {
+      mbar_wait_cluster(mbar + 8 * b, (phase >> b) & 1);
+      phase ^= 1u << b;
+      s1 = s2 = 0.f;
+#pragma unroll
+      for (int q = 0; q < CL; ++q) {
+        const float2 v = xch[b * CL + q];
+        s1 += v.x;
+        s2 += v.y;
+      }
+      const float2 m = stat[b];
+      mu = m.x;
+      r = m.y;
+    };
+    int xb = 0;
+    if constexpr (!LAG) {
+      for (i64 row = first; row < rows; row += step) {
+        const float mu = mu_n, r = r_n;
+        if (row + step < rows) {
+          if (KIND == LAYER) mu_n = mean[row + step];
+          r_n = rstd[row + step];
+        }
+        cp_async_wait<S - 2>();
+        const int cur = st;
+        st = st == S - 1 ? 0 : st + 1;
+        float s1, s2;
+        pass1(cur, true, mu, r, s1, s2);
+        group_sum(s1, s2);
+        send(xb, s1, s2, mu, r);
+        float mu2, r2;
+        receive(xb, s1, s2, mu2, r2);
+        pass2(cur, row, true, mu, r, s1, s2);
+        issue(row + (S - 1) * step, cur == 0 ? S - 1 : cur - 1);  // into the previous row's stage (done with)
+        xb = xb == NB - 1 ? 0 : xb + 1;
+      }
+    } else {  // row i's second pass after row i + 1's first: the peers' sums have had a whole pass to arrive
+      for (i64 row = first;; row += step) {  // one more turn than rows: the last row's second pass
+        const bool have = row < rows;
+        const int cur = st;
+        if (have) {
+          const float mu = mu_n, r = r_n;
+          if (row + step < rows) {
+            if (KIND == LAYER) mu_n = mean[row + step];
+            r_n = rstd[row + step];
+          }
+          cp_async_wait<S - 2>();
+          st = st == S - 1 ? 0 : st + 1;
+          float s1, s2;
+          pass1(cur, true, mu, r, s1, s2);
+          group_sum(s1, s2);
+          send(xb, s1, s2, mu, r);
+        }
+        if (row != first) {  // the previous row: its stage is the one before cur
+          float s1, s2, mu, r;
+          receive(xb == 0 ? NB - 1 : xb - 1, s1, s2, mu, r);
+          pass2(cur == 0 ? S - 1 : cur - 1, row - step, true, mu, r, s1, s2);
+        }
+        if (!have) break;
+        issue(row + (S - 1) * step, cur == 0 ? S - 1 : cur - 1);  // into the previous row's stage (done with)
+        xb = xb == NB - 1 ? 0 : xb + 1;
+      }
+    }
+  }
+#endif
   cp_async_wait<0>();
 
   // ---- this group's partial row (zeros for a group that had no row)
@@ -950,8 +1024,8 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
     const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
     const i64 rows, const int hidden, const int G) {
-  bwd_stream_body<T, W, KIND, S, VPT, 1>(dy, x, w, mean, rstd, dx, ws_dw, ws_db, rows, hidden, G, 0, blockIdx.x,
-                                         gridDim.x, nullptr, 0);
+  bwd_stream_body<T, W, KIND, S, VPT, 1, false, 0>(dy, x, w, mean, rstd, dx, ws_dw, ws_db, rows, hidden, G, 0,
+                                                   blockIdx.x, gridDim.x, nullptr, nullptr, 0);
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -960,26 +1034,29 @@ __global__ void __launch_bounds__(MAXT, MINB) norm_bwd_stream(
 // many clusters as can be resident at once); partial row = the cluster's index, each block writing its columns.
 // The row's sums: each block's two sums go to every peer by st.async, counted by an mbarrier of the receiving
 // block (8 bytes from each of the CL - 1 peers, plus its own thread 0's arrival), no cluster barrier per row.
-// xch and the mbarriers are double-buffered by row parity: a peer sends row i + 2's sums only after it has this
-// block's sums of row i + 1, which this block sends after the block barrier of row i + 1 — after every thread
-// here has read row i's.
-template <typename T, typename W, int KIND, int S, int CL>
+// LAG: a row's second pass runs after the next row's first, so the wait for the peers' sums is a pass late and
+// costs nothing (the ring's stage of the row is refilled only after it); without LAG each row waits for them.
+// NB buffers (xch, mbarriers) by row: a peer sends row i's sums only after it has received this block's sums of
+// row i - 1 (LAG: i - 2), which this block sends after the block barrier of that row — after every thread here
+// is done with row i - 2 (LAG: i - 4) — so NB = 2 (LAG: 4) buffers never overwrite sums not yet read.
+template <typename T, typename W, int KIND, int S, int CL, bool LAG>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(512, 1) norm_bwd_cluster(
     const T* __restrict__ dy, const T* __restrict__ x, const W* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ ws_dw, float* __restrict__ ws_db,
     const i64 rows, const int hidden) {
   static_assert(CL == 2 || CL == 4 || CL == 8, "portable cluster sizes");
-  __shared__ float2 xch[2][CL];
-  __shared__ __align__(8) unsigned long long mbar[2];
+  constexpr int NB = LAG ? 4 : 2;
+  __shared__ float2 xch[NB][CL], stat[NB];
+  __shared__ __align__(8) unsigned long long mbar[NB];
   if (threadIdx.x == 0) {
-    mbar_init(smem_u32(&mbar[0]), 1);
-    mbar_init(smem_u32(&mbar[1]), 1);
+#pragma unroll
+    for (int b = 0; b < NB; ++b) mbar_init(smem_u32(&mbar[b]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_sync();  // every block's mbarriers are initialised before any peer signals them
-  bwd_stream_body<T, W, KIND, S, 4, CL>(dy, x, w, mean, rstd, dx, ws_dw, ws_db, rows, hidden, blockDim.x,
-                                        cluster_rank(), blockIdx.x / CL, gridDim.x / CL, &xch[0][0],
-                                        smem_u32(&mbar[0]));
+  bwd_stream_body<T, W, KIND, S, 4, CL, LAG, NB>(dy, x, w, mean, rstd, dx, ws_dw, ws_db, rows, hidden, blockDim.x,
+                                                 cluster_rank(), blockIdx.x / CL, gridDim.x / CL, &xch[0][0],
+                                                 stat, smem_u32(&mbar[0]));
   cluster_sync();  // no block leaves while a peer's store into it may be in flight
 }
 #endif

@@ -54,6 +54,8 @@ BWD_STREAM_STAGES = 3    # rows in shared memory per group: the current one and 
 BWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: longer whole-vector rows split over the blocks of a
                                # thread-block cluster (norm_bwd_cluster), the smallest size that leaves each block
                                # at most BWD_STREAM_VECS[1] vectors (up to 8 x 2048); () turns the path off
+BWD_CLUSTER_LAG = True  # norm_bwd_cluster: a row's second pass after the next row's first (the peers' sums a pass
+                        # late, no wait); False: each row waits for them (study setting)
 _SM90_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster kernels compile for sm_90+ only (cuflash._compile)
 HOLD = True     # rows of whole 16-byte vectors: a thread's columns are the same in every row, so its weight/bias
                 # vectors (and the backward's dw/db partial sums) stay in registers across rows for its first
@@ -151,9 +153,10 @@ def _bwd_stream_name(dt, wdt, kind, vpt=2):
             f"{vpt}, 512, 1>")
 
 
-def _bwd_cluster_name(dt, wdt, kind, c):
+def _bwd_cluster_name(dt, wdt, kind, c, lag=None):
+    lag = BWD_CLUSTER_LAG if lag is None else lag
     return (f"cuflash::norm_bwd_cluster<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {BWD_STREAM_STAGES}, "
-            f"{c}>")
+            f"{c}, {'true' if lag else 'false'}>")
 
 
 def _red_name(odt):
@@ -175,8 +178,10 @@ def _declare():
                 names += [_bwd_name(dt, wdt, kind)] + [_bwd_stream_name(dt, wdt, kind, v) for v in (2, 4)]
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
-    _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c) for dt in _TYPES for wdt in _wtypes(dt)
-                            for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS)
+    for lag in (True, False):  # the release setting and the study one
+        _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c, lag) for dt in _TYPES for wdt in _wtypes(dt)
+                                for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
+                         release=lag)
 
 
 _declare()
@@ -475,7 +480,7 @@ def _bwd_stream_geometry(itemsize, hidden, cc=None):
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
     key = (kind, dt, wdt, hidden, has_w, dev, BWD_MAX_THREADS, HOLD, BWD_STREAM, BWD_STREAM_VECS, BWD_STREAM_STAGES,
-           BWD_CLUSTER_SIZES)
+           BWD_CLUSTER_SIZES, BWD_CLUSTER_LAG)
     cfg = _BWD_CFG.get(key)
     if cfg is not None:
         return cfg

@@ -338,7 +338,7 @@ def test_backward_plans_ask_for_declared_kernels(monkeypatch):
                             if c == 1:
                                 assert f", {vpt}, 512, 1>" in pl.kern
                             else:
-                                assert "norm_bwd_cluster" in pl.kern and pl.kern.endswith(f", {c}>")
+                                assert "norm_bwd_cluster" in pl.kern and pl.kern.endswith(f", {c}, true>")
                                 assert pl.max_blocks == c * (120 // c)
                             assert pl.smem == norm.BWD_STREAM_STAGES * 2 * vpt * G * rpb * 16 <= optin - 1024
                         else:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the cluster backward (norm_bwd_cluster): warm norm.cu's backward kernels, report the
 # driver's max active clusters, memcheck one small call per cluster size, run test_norm's backward tests, then the
-# backward sweep at 8K-32K with the cluster path on and off (BWD_CLUSTER_SIZES = ()), copy and torch in each run.
+# backward sweep at 8K-32K with the cluster path (BWD_CLUSTER_LAG on), then at 16K-32K with BWD_CLUSTER_LAG off;
+# copy and torch in each run.
 #   CUFLASH_COMMIT=<hash> bash experiments/scratch/bwd_cluster_call.sh
 set -u
 export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -42,12 +43,12 @@ CUFLASH_WARM_CACHE=0 timeout 300 python -m pytest -q -n 14 -p no:cacheprovider -
 timeout 100 python experiments/norm_sweep.py --ops bwd --hiddens 8192,16384,32768 --no-triton \
   --name norm_bwd_cluster 2>&1 | grep -v "it/s" | tail -1
 timeout 100 python -c "
-import sys, runpy; import cuflash.norm as n; n.BWD_CLUSTER_SIZES = ()
-sys.argv = ['norm_sweep.py', '--ops', 'bwd', '--hiddens', '16384,32768', '--no-triton', '--name', 'norm_bwd_nocluster']
+import sys, runpy; import cuflash.norm as n; n.BWD_CLUSTER_LAG = False
+sys.argv = ['norm_sweep.py', '--ops', 'bwd', '--hiddens', '16384,32768', '--no-triton', '--name', 'norm_bwd_nolag']
 runpy.run_path('experiments/norm_sweep.py', run_name='__main__')" 2>&1 | grep -v "it/s" | tail -1
 python - <<'PY'
 import json
-for name in ("norm_bwd_nocluster", "norm_bwd_cluster"):
+for name in ("norm_bwd_nolag", "norm_bwd_cluster"):
     d = json.load(open(f"experiments/results/{name}.json"))
     for r in d["rows"]:
         if r["impl"] == "cuflash":
