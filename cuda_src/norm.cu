@@ -25,6 +25,8 @@
 //                workspace — no atomics; rows are assigned to blocks in a fixed order
 //   norm_bwd_stream  the backward of whole-vector rows of 64..2048 vectors: two rows staged ahead by cp.async,
 //                dweight/dbias partials in registers, one workspace row per row group
+//   norm_bwd_cluster the same for rows of up to 8 x 2048 vectors over a thread-block cluster (sm_90+), the
+//                blocks' row sums exchanged by st.async + mbarrier, one workspace row per cluster
 //   reduce_parts the second, deterministic reduction of the workspace over blocks (fixed order)
 //
 // Traffic: forward reads h once (x, plus residual) and writes y (plus h); backward reads x and dy, writes dx.

@@ -16,7 +16,7 @@ lanes, warps and blocks with Chan, Golub & LeVeque's pairwise formula; RMSNorm a
   as ``torch.nn.functional.rms_norm`` (``eps=None`` means ``finfo(x.dtype).eps``).
 
 Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_fwd_stream``, ``norm_bwd``, ``norm_bwd_stream``,
-``reduce_parts``) and ``cuda_src/cuflash/welford.cuh``.
+``norm_bwd_cluster``, ``reduce_parts``), ``cuda_src/cuflash/welford.cuh`` and ``cuda_src/cuflash/cluster.cuh``.
 """
 from __future__ import annotations
 
@@ -607,7 +607,8 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
     With ``xhat = (x - mean) * rstd``, ``g = dy * weight``:
     ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` (means over the normalised dims),
     ``dweight = sum_rows dy * xhat``, ``dbias = sum_rows dy``, reduced in float32: per-block (per row group
-    on the streamed path: rows of 64..1024 whole 16-byte vectors) partial column sums into a float32
+    on the streamed path, per cluster on the cluster path: rows of whole 16-byte vectors, 64..2048 of them, up
+    to 8 x 2048 on compute capability 9.0) partial column sums into a float32
     ``[parts, hidden]`` workspace, then a second kernel sums the parts in a fixed order (deterministic for a
     given device, no atomics). The gradient of the LayerNorm of Ba et al. 2016 (chain rule through the mean and
     the biased variance).
