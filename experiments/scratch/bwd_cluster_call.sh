@@ -7,18 +7,9 @@
 set -u
 export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python experiments/scratch/warm.py norm.cu --match bwd,reduce 2>&1 | tail -1
 python - <<'PY'
-import json, subprocess, sys, time
-from cuflash import _compile, norm
-W = ("import json,sys\nfrom cuflash import _compile\n"
-     "for s,n,o in json.load(sys.stdin): _compile.get_kernel(s,n,tuple(o))")
-e = [(s, n, list(o)) for (s, n, o, _r) in _compile.declared() if s == "norm.cu" and ("bwd" in n or "reduce" in n)]
-t0 = time.time()
-chunks = [c for c in (e[i::15] for i in range(15)) if c]
-ps = [subprocess.Popen([sys.executable, "-c", W], stdin=subprocess.PIPE, text=True) for _ in chunks]
-for p, c in zip(ps, chunks):
-    p.communicate(json.dumps(c))
-print(f"warm: {len(e)} backward kernels in {time.time() - t0:.0f} s")
+from cuflash import norm
 import numpy as np
 from cuflash import _dtypes
 for dt, h in ((_dtypes.bfloat16, 32768), (_dtypes.bfloat16, 65536), (_dtypes.bfloat16, 131072), (np.dtype(np.float32), 16384), (np.dtype(np.float32), 32768)):
