@@ -71,6 +71,25 @@ def test_every_declared_kernel_compiles_without_spills(capsys):
     assert not failures, "\n".join(failures)
 
 
+def test_max_active_clusters_without_a_driver(monkeypatch):
+    """No libcuda (or an old one without cuOccupancyMaxActiveClusters): None, so the callers fall back to their
+    guess instead of failing."""
+    import ctypes
+
+    def no_lib(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_lib)
+    assert _compile.max_active_clusters(object(), 2, 512, 0) is None
+
+    class OldLib:  # a driver without the entry point
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: OldLib())
+    assert _compile.max_active_clusters(object(), 2, 512, 0) is None
+
+
 def test_header_edit_changes_the_cache_key(tmp_path, monkeypatch):
     """CuPy's disk cache does not hash #include'd headers; the source hash in the options must."""
     src = tmp_path / "cuda_src"

@@ -343,6 +343,13 @@ def test_backward_plans_ask_for_declared_kernels(monkeypatch):
                             assert pl.smem == norm.BWD_STREAM_STAGES * 2 * vpt * G * rpb * 16 <= optin - 1024
                         else:
                             assert geo is None or norm.BWD_STREAM_STAGES * 2 * geo[2] * geo[0] * geo[1] * 16 > optin - 1024
+    # the driver cannot say how many clusters fit: half the SMs' worth of clusters (a guess that always fits)
+    monkeypatch.setattr(_compile, "max_active_clusters", lambda kern, c, block, smem: None)
+    monkeypatch.setattr(_compile, "max_shared_optin", lambda d: 227 * 1024)
+    monkeypatch.setattr(_compile, "compute_capability", lambda d: 90)
+    monkeypatch.setattr(norm, "_BWD_CFG", {})
+    pl = norm._bwd_config(norm.LAYER, np.dtype(np.float32), np.dtype(np.float32), 32768, True, 0)
+    assert pl.cluster == 4 and pl.max_blocks == 4 * (132 // 8)
 
 # ------------------------------------------------------------------------------------------------------------
 # GPU helpers
