@@ -162,8 +162,7 @@ def max_active_clusters(kernel, cluster: int, block: int, shared_mem: int):
     this can be less than SMs // cluster). None when the driver cannot say (no libcuda, an older driver)."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
-        if shared_mem + _static_smem(kernel) > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_mem:
-            kernel.max_dynamic_shared_size_bytes = shared_mem
+        _allow_dynamic_smem(kernel, shared_mem)  # the query, like a launch, needs the raised limit
         cfg = _LaunchConfig(cluster, 1, 1, block, 1, 1, shared_mem, None, None, 0)
         n = ctypes.c_int(0)
         rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(kernel.kernel.ptr), ctypes.byref(cfg))
@@ -198,9 +197,15 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, what: str = "") -> No
                 raise ConfigurationError(
                     f"{what or kernel.name}: needs {shared_mem} bytes of dynamic + {static} bytes of static shared "
                     f"memory per block, the device allows {limit}")
-            if kernel.max_dynamic_shared_size_bytes < shared_mem:
-                kernel.max_dynamic_shared_size_bytes = shared_mem
+            _allow_dynamic_smem(kernel, shared_mem)
     kernel(grid, block, args, shared_mem=shared_mem)
+
+
+def _allow_dynamic_smem(kernel, shared_mem: int) -> None:
+    """Raise ``kernel``'s dynamic shared-memory limit to ``shared_mem`` where static + dynamic exceed the 48 KiB
+    default (``cudaFuncAttributeMaxDynamicSharedMemorySize``); the device's opt-in limit is the caller's check."""
+    if shared_mem + _static_smem(kernel) > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_mem:
+        kernel.max_dynamic_shared_size_bytes = shared_mem
 
 
 _STATIC_SMEM: dict = {}

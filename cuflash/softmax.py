@@ -374,7 +374,7 @@ def _make_prep(x, axis, op, method, partition, dev):
     def residency(t):
         return _residency(_compile.get_kernel(SOURCE, _cached_name(ct, t, t)), t)
 
-    cc = _device_cc(dev)
+    cc = _compile.compute_capability(dev)
     pl = pr.plan = plan(dt, pr.rows, pr.n, op, method, aligned, sms, partition, residency, cc)
     rows, n = pr.rows, pr.n
     pr.chunks = pl.chunks
@@ -414,17 +414,6 @@ def _make_prep(x, axis, op, method, partition, dev):
         pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(pl.chunks), _i64(pl.slots_per_chunk),
                    np.int32(op))
     return pr
-
-
-_CC: dict = {}
-
-
-def _device_cc(dev):
-    """The device's compute capability as an int (90 for the H200), from cuflash._compile."""
-    cc = _CC.get(dev)
-    if cc is None:
-        cc = _CC[dev] = int(_compile._device_arch(dev))
-    return cc
 
 
 def _contiguous(x2):
