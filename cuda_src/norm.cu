@@ -222,9 +222,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       return acc;
     };
 
-    // A row held entirely in registers (LayerNorm): two plain sums, the mean from the first and the sum of
-    // squared deviations from it in the second, both over the registers (the exact two-pass formula; below).
-    constexpr bool two_pass = KIND == LAYER && TWO_PASS;  // the launch guarantees nchunks <= NV
+    // A row held entirely on chip (LayerNorm): two plain sums, the mean from the first and the sum of squared
+    // deviations from it in the second, both over the registers and (SMEMC) the shared-memory chunks (the exact
+    // two-pass formula; below). The launch guarantees nchunks <= NV, or with SMEMC nchunks <= NV + smem_chunks.
+    constexpr bool two_pass = KIND == LAYER && TWO_PASS;
     if (KIND == LAYER && !two_pass) {
       // the chunks held in registers: this thread's exact (count, mean, M2), two passes over its registers
       // (one division per row instead of a Chan merge per vector); later chunks are merged vector by vector
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
             a.store(hr + v * VEC);
             cache[(k - NV) * G + t] = a;
           }
-          stats_vec(a);
+          if constexpr (!two_pass) stats_vec(a);  // two-pass: summed below
           continue;
         }
         V a = V::load(xr + v * VEC);
@@ -293,12 +294,28 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       // (HOLD off for 16-bit LayerNorm, fewer registers, more rows in flight) reach 0.92-0.95 in the same
       // probe (experiments/results/logs/ln_probe_e0db513.json). Exact two-pass, so never E[x^2] - E[x]^2.
       float sum = reg_sum((do_head ? h_head : 0.f) + (do_tail ? h_tail : 0.f));
+      if constexpr (two_pass && SMEMC) {  // and over the shared-memory chunks (h, written there by pass 1)
+        for (int k = 0; k < nsm; ++k)
+          if ((NV + k) * G + t < rs.body) {
+            const V a = cache[k * G + t];
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
+          }
+      }
       sum = (WARP ? warp_allreduce<32>(Sum1{sum}, Sum1Op()) : block_allreduce(Sum1{sum}, Sum1Op(), red_s)).a;
       mu = sum / (float)hidden;
       float q = 0.f;
       if (do_head) q = (h_head - mu) * (h_head - mu);
       if (do_tail) q = fmaf(h_tail - mu, h_tail - mu, q);
       q = reg_sq_dev(mu, q);
+      if constexpr (two_pass && SMEMC) {
+        for (int k = 0; k < nsm; ++k)
+          if ((NV + k) * G + t < rs.body) {
+            const V a = cache[k * G + t];
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - mu; q = fmaf(d, d, q); }
+          }
+      }
       q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
       rstd = rsqrtf(q / (float)hidden + eps);
     } else if (KIND == LAYER) {
@@ -395,7 +412,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
   typedef Vec<T, VEC> V;
   extern __shared__ __align__(16) unsigned char dsmem[];
   V* ring = reinterpret_cast<V*>(dsmem);
-  __shared__ Welford red_w[32];
+  __shared__ Welford red_w[32];  // unused: kept so that the RMSNorm instantiations compile exactly as before
   __shared__ Sum1 red_s[32];
   const int G = WARP ? 32 : blockDim.x;
   const int t = WARP ? threadIdx.x & 31 : threadIdx.x;
@@ -444,9 +461,11 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
     cp_async_wait<STAGES - 1>();  // this row's copies (this thread's) have landed
     const i64 off = row * (i64)hidden;
 
-    // ---- statistics (and h = x + residual, stored to HBM and back into the x slot)
-    Welford wst = Welford::identity();
-    float ss = 0.f;
+    // ---- statistics (and h = x + residual, stored to HBM and back into the x slot). The row is on chip, so
+    // LayerNorm takes the exact two-pass formula: the sum, then the squared deviations from the mean over the
+    // staged row again (Welford/Chan merges cost a division per vector; with bf16 rows of 32K the kernel ran at
+    // 0.74 of copy where RMSNorm, one plain sum, ran at 0.88)
+    float ss = 0.f;  // LayerNorm: the sum of h; RMSNorm: the sum of h^2
 #pragma unroll 4
     for (int k = 0; k < nvr; ++k) {
       const int v = k * G + t;
@@ -463,7 +482,8 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
 #pragma unroll
         for (int i = 0; i < VEC; ++i) f[i] = to_float(a.v[i]);
         if (KIND == LAYER) {
-          welford_push_vec<VEC>(wst, f);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) ss += f[i];
         } else {
 #pragma unroll
           for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
@@ -472,13 +492,19 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
     }
     float mu = 0.f, rstd;
     if (KIND == LAYER) {
-      wst = WARP ? warp_allreduce<32>(wst, WelfordOp()) : block_allreduce(wst, WelfordOp(), red_w);
-      mu = wst.mean;
-      float var = wst.m2 / wst.n;
-      var = var < 0.f ? 0.f : var;  // clamp at 0 (fmaxf would turn a NaN from inf/NaN input into 0)
-      rstd = rsqrtf(var + eps);
-      mu = __shfl_sync(0xffffffffu, mu, 0);  // one (mean, rstd) for the whole row: lanes may differ in the last bit
-      rstd = __shfl_sync(0xffffffffu, rstd, 0);
+      mu = (WARP ? warp_allreduce<32>(Sum1{ss}, Sum1Op()) : block_allreduce(Sum1{ss}, Sum1Op(), red_s)).a /
+           (float)hidden;
+      float q = 0.f;
+#pragma unroll 4
+      for (int k = 0; k < nvr; ++k) {
+        if (k * G + t < body) {
+          const V a = V::load(slot(st, k));
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - mu; q = fmaf(d, d, q); }
+        }
+      }
+      q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
+      rstd = rsqrtf(q / (float)hidden + eps);
     } else {
       const Sum1 s1 = WARP ? warp_allreduce<32>(Sum1{ss}, Sum1Op()) : block_allreduce(Sum1{ss}, Sum1Op(), red_s);
       rstd = rsqrtf(s1.a / (float)hidden + eps);

@@ -5,10 +5,10 @@ Normalisation is memory-bound, so each kernel makes one pass over HBM per row: t
 rows beyond ~100K elements), reduced to its statistics and written once; the weights (backward: also the
 dweight/dbias partial sums) stay in registers across the rows a thread handles, as far as registers allow
 (``HOLD``). The statistics are float32 whatever the input dtype, never E[x^2] - E[x]^2: LayerNorm rows held
-entirely in registers take the exact two-pass formula (the mean from one block sum, then the sum of squared
-deviations from it over the same registers); longer rows use Welford's running (count, mean, M2) merged across
-lanes, warps and blocks with Chan, Golub & LeVeque's pairwise formula; RMSNorm accumulates x^2 in float32
-(float16 x^2 overflows above |x| ~ 256).
+entirely on chip (registers, shared memory, or the streamed kernel's stages) take the exact two-pass formula
+(the mean from one block sum, then the sum of squared deviations from it over the same on-chip row); longer rows
+use Welford's running (count, mean, M2) merged across lanes, warps and blocks with Chan, Golub & LeVeque's
+pairwise formula; RMSNorm accumulates x^2 in float32 (float16 x^2 overflows above |x| ~ 256).
 
 - LayerNorm: Ba, Kiros & Hinton, "Layer Normalization" (2016): ``y = (h - mean) / sqrt(var + eps) * w + b``
   with the biased variance, as ``torch.nn.functional.layer_norm``.
@@ -116,12 +116,13 @@ def _stream_held(dt, wdt, kind, warp=False):
 
 
 def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False, smemc=False):
-    """``two_pass`` (LayerNorm): the row is held entirely in registers (nchunks <= NV; always on the warp path),
-    so its statistics are two plain sums instead of Welford/Chan merges; None = the warp path's value.
+    """``two_pass`` (LayerNorm): the row is held entirely on chip (nchunks <= NV, always on the warp path; or with
+    ``smemc`` nchunks <= NV + smem_chunks), so its statistics are two plain sums instead of Welford/Chan merges;
+    None = the warp path's value.
     ``aligned`` (two-pass LayerNorm only): hidden is a multiple of the 16-byte vector, so every row starts on one
     (the wrapper aligns the base pointers): the kernel without head/tail scalars or scalar weight loads.
-    ``smemc`` (block path, not two-pass): the row has shared-memory chunks, filled by cp.async; the kernels of
-    rows without them compile as before (a shared instantiation slowed fused RMSNorm at 2K-16K by 10-15 %)."""
+    ``smemc`` (block path): the row has shared-memory chunks, filled by cp.async; the kernels of rows without
+    them compile as before (a shared instantiation slowed fused RMSNorm at 2K-16K by 10-15 %)."""
     b = lambda v: "true" if v else "false"  # noqa: E731
     nv = _nv_warp(dt) if warp else NV
     # blocks per SM promised by the launch bounds (as before NH): on the block path two 512-thread blocks at
@@ -133,7 +134,7 @@ def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False
         nh, minb = nv, (2 if warp else 1)
     two_pass = kind == LAYER and (warp if two_pass is None else (warp or two_pass))
     return (f"cuflash::norm_fwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nv}, {nh}, {minb}, "
-            f"{b(res)}, {b(warp)}, {b(two_pass)}, {b(two_pass and aligned)}, {b(smemc and not warp and not two_pass)}>")
+            f"{b(res)}, {b(warp)}, {b(two_pass)}, {b(two_pass and aligned)}, {b(smemc and not warp)}>")
 
 
 def _stream_name(dt, wdt, kind, res=False, warp=False):
@@ -175,6 +176,9 @@ def _declare():
                               for res in (False, True) for warp in (False, True) for aligned in (False, True)
                               if aligned or not warp]
                 names += [_fwd_name(dt, wdt, kind, res, False, False, False, True) for res in (False, True)]
+                if kind == LAYER:  # rows on chip with shared-memory chunks: two-pass statistics
+                    names += [_fwd_name(dt, wdt, kind, res, False, True, aligned, True)
+                              for res in (False, True) for aligned in (False, True)]
                 names += [_bwd_name(dt, wdt, kind)] + [_bwd_stream_name(dt, wdt, kind, v) for v in (2, 4)]
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
@@ -315,8 +319,8 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
             G, nchunks, smem_chunks = _geometry(dt.itemsize, hidden, budget // (2 if res else 1), FWD_MAX_THREADS)
             rpb = 1
         aligned = hidden % (16 // dt.itemsize) == 0  # every base pointer is 16-byte aligned (_forward)
-        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp, nchunks <= NV, aligned,
-                                                   smem_chunks > 0))
+        on_chip = nchunks <= NV + smem_chunks  # LayerNorm: two-pass statistics (nothing re-read from HBM)
+        kern = _compile.get_kernel(_SRC, _fwd_name(dt, wdt, kind, res, warp, on_chip, aligned, smem_chunks > 0))
         smem = smem_chunks * G * 16 * (2 if res else 1)
         cap = 1 << 22
         if FWD_WAVES > 0:
@@ -388,10 +392,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
     ``y = (h - mean) * rstd * weight + bias`` with ``h = x`` (or ``h = x + residual`` rounded to ``x.dtype``),
     ``mean`` and the biased variance ``var`` over the normalised dims, ``rstd = 1 / sqrt(max(var, 0) + eps)``.
     LayerNorm of Ba et al. 2016 (as ``torch.nn.functional.layer_norm``); the float32 statistics are the two-pass
-    formula (mean, then squared deviations from it) for rows held in registers, else Welford 1962 running
-    updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque). Float32 statistics
-    overflow once |h - mean| exceeds ~1.8e19 (the squared deviations; torch's do too) or, for rows in
-    registers, once the row sum exceeds ~3.4e38 (|h| ~ 3.4e38 / hidden): y is then the bias (as torch's) in
+    formula (mean, then squared deviations from it) for rows held on chip (up to ~100K elements), else Welford
+    1962 running updates merged with the pairwise formula of Chan et al. 1979 (Chan, Golub & LeVeque). Float32
+    statistics overflow once |h - mean| exceeds ~1.8e19 (the squared deviations; torch's do too) or, for rows on
+    chip, once the row sum exceeds ~3.4e38 (|h| ~ 3.4e38 / hidden): y is then the bias (as torch's) in
     the first case, NaN in the second.
 
     Args:
