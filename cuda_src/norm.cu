@@ -20,6 +20,8 @@
 //   norm_fwd     statistics (LayerNorm: two-pass over registers when the row fits them, else Welford/Chan;
 //                RMSNorm: float32 sum of squares) + normalise
 //   norm_fwd_stream  the forward of whole-vector rows of 4096+ vectors, rows staged ahead by cp.async
+//   norm_fwd_cluster the forward of long whole-vector rows over a thread-block cluster (sm_90+), each block's
+//                share in registers, the blocks' statistics exchanged by st.async + mbarrier
 //   norm_bwd     dx per row from two row sums; dweight/dbias partial column sums per block (in shared memory
 //                when they fit, else in the block's own workspace row), written to a [nblocks, hidden] float32
 //                workspace — no atomics; rows are assigned to blocks in a fixed order
@@ -384,6 +386,153 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     if (do_tail) emit_one(h_tail, col_tail);
   }
 }
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// ---------------------------------------------------------------------------------------------------------------
+// Forward of a long row of whole 16-byte vectors over the CL blocks of a thread-block cluster (sm_90+): one row
+// per cluster (gridDim.x = rows * CL), block r owning vectors [r * 4G, (r + 1) * 4G) of it, four a thread, in
+// registers (G = blockDim.x). A block holding a whole 128 KiB row (norm_fwd with shared-memory chunks) leaves one
+// or two rows in flight per SM, each loaded, reduced and written in turn; split over the cluster, a row's share
+// is small enough for registers and several blocks per SM overlap one's loads with another's reduction.
+// Statistics: each block reduces its share (LayerNorm: its sum, then its squared deviations from its own mean,
+// the exact two-pass formula on the share); the CL pairs go to every block by st.async, counted by an mbarrier
+// in the receiver (no cluster barrier on the row's path: the one at the start, which publishes the mbarriers'
+// initialisation, is waited for only after the loads are in flight), and every block merges them in rank order
+// (Chan et al. 1979 for LayerNorm: M2 = sum M2_r + n_r (mean_r - mean)^2), so all get the same bits.
+// A block leaves after its own mbarrier completes: every store into its shared memory has landed by then, and a
+// peer it stored into waits for that store before it leaves.
+template <typename T, typename W, int KIND, bool RES, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cluster(
+    const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
+    T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+    const i64 rows, const int hidden, const float eps) {  // rows == gridDim.x / CL (the other kernels' arguments)
+  static_assert(CL == 2 || CL == 4 || CL == 8, "portable cluster sizes");
+  constexpr int VEC = Vec16<T>::N, VPT = 4;
+  typedef Vec<T, VEC> V;
+  typedef Vec<W, VEC> P;
+  __shared__ float2 xch[CL];
+  __shared__ Sum1 red[32];
+  __shared__ __align__(8) unsigned long long mbar;
+  const unsigned rank = cluster_rank();
+  const int G = blockDim.x, body = hidden / VEC, share = VPT * G;
+  const int t = (int)rank * share + threadIdx.x;  // this thread's first vector; its k-th is t + k * G
+  const i64 row = blockIdx.x / CL, off = row * (i64)hidden;
+  if (KIND == RMS) b = nullptr;
+  if (threadIdx.x == 0) {
+    mbar_init(smem_u32(&mbar), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster_arrive_relaxed();  // waited for below, before the first st.async: the loads go out meanwhile
+
+  V reg[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    if (t + k * G < body) reg[k] = V::load(x + off + (i64)(t + k * G) * VEC);
+  if (RES) {
+    V rv[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) rv[k] = V::load(res + off + (i64)(t + k * G) * VEC);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) {  // h = x + residual rounded to T: the new residual stream, and what is normalised
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) reg[k].v[i] = from_float<T>(to_float(reg[k].v[i]) + to_float(rv[k].v[i]));
+        reg[k].store(hout + off + (i64)(t + k * G) * VEC);
+      }
+  }
+
+  // ---- this block's share: (sum, M2 about its own mean) for LayerNorm, (sum of squares, 0) for RMSNorm
+  auto share_count = [&](int r) { return (float)(max(0, min(share, body - r * share)) * VEC); };
+  float2 mine;
+  if (KIND == LAYER) {
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) {
+        const V a = opaque(reg[k]);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) s += to_float(a.v[i]);
+      }
+    s = block_allreduce(Sum1{s}, Sum1Op(), red).a;
+    const float n = share_count(rank), m = n > 0.f ? s / n : 0.f;
+    float q = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) {
+        const V a = opaque(reg[k]);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; q = fmaf(d, d, q); }
+      }
+    mine = make_float2(s, block_allreduce(Sum1{q}, Sum1Op(), red).a);
+  } else {
+    float q = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) {
+        const V a = opaque(reg[k]);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) { const float h = to_float(a.v[i]); q = fmaf(h, h, q); }
+      }
+    mine = make_float2(block_allreduce(Sum1{q}, Sum1Op(), red).a, 0.f);
+  }
+
+  // ---- exchange: slot `rank` of every block's xch (thread 0 its own, then its arrival; thread q to block q)
+  cluster_wait();  // every block's mbarrier is initialised
+  const unsigned mb = smem_u32(&mbar);
+  if (threadIdx.x == 0) {
+    xch[rank] = mine;
+    mbar_arrive_expect_tx(mb, 8 * (CL - 1));
+  }
+  if (threadIdx.x < CL && threadIdx.x != rank)
+    st_async_f2(cluster_map_u32(smem_u32(xch + rank), threadIdx.x), mine, cluster_map_u32(mb, threadIdx.x));
+  mbar_wait_cluster(mb, 0);
+  float mu = 0.f, rstd;
+  if (KIND == LAYER) {
+    float s = 0.f;
+#pragma unroll
+    for (int r = 0; r < CL; ++r) s += xch[r].x;
+    mu = s / (float)hidden;
+    float m2 = 0.f;
+#pragma unroll
+    for (int r = 0; r < CL; ++r) {
+      const float n = share_count(r);
+      if (n > 0.f) {
+        const float d = xch[r].x / n - mu;
+        m2 += xch[r].y + n * d * d;
+      }
+    }
+    rstd = rsqrtf(m2 / (float)hidden + eps);
+  } else {
+    float q = 0.f;
+#pragma unroll
+    for (int r = 0; r < CL; ++r) q += xch[r].x;
+    rstd = rsqrtf(q / (float)hidden + eps);
+  }
+  if (rank == 0 && threadIdx.x == 0) {
+    if (mean_out) mean_out[row] = mu;
+    if (rstd_out) rstd_out[row] = rstd;
+  }
+
+  // ---- y = (h - mu) * rstd * w + b, weights read per use (L1/L2: every row reads the same ones)
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = t + k * G;
+    if (v < body) {
+      float wv[VEC], bv[VEC];
+      if (w) unpack<W, VEC>(P::load(w + v * VEC), wv);
+      if (b) unpack<W, VEC>(P::load(b + v * VEC), bv);
+      V o;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float r = (to_float(reg[k].v[i]) - mu) * rstd;
+        o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+      }
+      o.store(y + off + (i64)v * VEC);
+    }
+  }
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------------------------
 // Forward, streamed (rows whose length is a multiple of VEC, so every row starts 16-byte aligned; not too long).

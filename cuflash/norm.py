@@ -43,6 +43,12 @@ STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte 
                              # as fast or faster from registers on the H200: experiments/norm_tune.py)
 STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp per row (4 KiB rows)
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
+FWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: forward rows of whole 16-byte vectors, at least
+                               # FWD_CLUSTER_MIN_VECS of them, split over a thread-block cluster (norm_fwd_cluster),
+                               # the smallest size that leaves each block at most 4 * FWD_CLUSTER_MAX_THREADS
+                               # vectors (four a thread, in registers); () turns the path off
+FWD_CLUSTER_MIN_VECS = 4096    # rows of at least this many vectors (float32 16K, 16-bit 32K)
+FWD_CLUSTER_MAX_THREADS = 256  # threads per block of norm_fwd_cluster (its launch bounds' limit)
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
@@ -144,6 +150,11 @@ def _stream_name(dt, wdt, kind, res=False, warp=False):
             f"{b(warp)}>")
 
 
+def _fwd_cluster_name(dt, wdt, kind, res, c):
+    return (f"cuflash::norm_fwd_cluster<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, "
+            f"{'true' if res else 'false'}, {c}>")
+
+
 def _bwd_name(dt, wdt, kind):
     nh = _held(_HELD_BWD[kind], dt, wdt)
     return f"cuflash::norm_bwd<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {NV}, {nh}>"
@@ -182,6 +193,9 @@ def _declare():
                 names += [_bwd_name(dt, wdt, kind)] + [_bwd_stream_name(dt, wdt, kind, v) for v in (2, 4)]
         names.append(_red_name(dt))
     _compile.declare(_SRC, names)
+    _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, res, c) for dt in _TYPES for wdt in _wtypes(dt)
+                            for kind in (LAYER, RMS) for res in (False, True) for c in (2, 4, 8)],
+                     extra_options=_SM90_OPTIONS)
     for lag in (True, False):  # the release setting and the study one
         _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c, lag) for dt in _TYPES for wdt in _wtypes(dt)
                                 for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
@@ -264,10 +278,28 @@ def _resident_blocks(kern, threads, smem, dev):
     return max(1, min(32, by_regs, by_threads, by_smem))
 
 
-FwdPlan = namedtuple("FwdPlan", "stream kern G rpb nchunks smem_chunks smem cap nvr")
+FwdPlan = namedtuple("FwdPlan", "stream kern G rpb nchunks smem_chunks smem cap nvr cluster", defaults=(0,))
 FwdPlan.__doc__ = """How the forward runs for one row length: streamed (norm_fwd_stream) or registers (norm_fwd);
 G threads per row, rows per block, chunks per thread (register kernel), shared-memory chunks, dynamic shared
-bytes, grid cap, vectors per thread (streamed kernel)."""
+bytes, grid cap, vectors per thread (streamed kernel); ``cluster`` > 0: norm_fwd_cluster, a row over that many
+blocks of G threads (one row per cluster, no grid cap)."""
+
+
+def _fwd_cluster_geometry(itemsize, hidden, cc):
+    """(C blocks per row, G threads per block) of the cluster forward (norm_fwd_cluster), or None where it does
+    not apply: compute capability ``cc`` < 90, rows not whole 16-byte vectors, fewer than FWD_CLUSTER_MIN_VECS
+    of them, or more than C * 4 * FWD_CLUSTER_MAX_THREADS for every C in FWD_CLUSTER_SIZES. C is the smallest
+    size that leaves each block at most 4 * FWD_CLUSTER_MAX_THREADS vectors (four a thread); G a multiple of 32
+    just enough for the block's share."""
+    vec = 16 // itemsize
+    body = hidden // vec
+    if (cc or 0) < 90 or hidden % vec or body < FWD_CLUSTER_MIN_VECS:
+        return None
+    for c in sorted(FWD_CLUSTER_SIZES):
+        share = math.ceil(body / c)
+        if share <= 4 * FWD_CLUSTER_MAX_THREADS:
+            return c, 32 * math.ceil(math.ceil(share / 4) / 32)
+    return None
 
 
 def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
@@ -302,9 +334,16 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
     registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block),
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
-           STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD)
+           STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
+           FWD_CLUSTER_MAX_THREADS)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
+        geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
+        if geo is not None:
+            c, G = geo
+            kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c), _SM90_OPTIONS)
+            cfg = _FWD_CFG[key] = FwdPlan(False, kern, G, 1, 4, 0, 0, 0, 4, c)
+            return cfg
         budget = _compile.max_shared_optin(dev) - 1024  # static shared memory of the reductions
         cfg = _stream_plan(kind, dt, wdt, hidden, res, dev, budget)
         if cfg is not None:
@@ -372,8 +411,11 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
         bias = _aligned(bias, a) if bias is not None else None
         dev = x.device.id
         pl = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev)
-        grid = min(math.ceil(rows / pl.rpb), pl.cap)
-        tail = (np.int32(pl.nvr),) if pl.stream else (np.int32(pl.nchunks), np.int32(pl.smem_chunks))
+        # the cluster kernel: one row per cluster (rows * C < 2**31 blocks: rows of >= 4096 vectors that many
+        # would not fit in memory)
+        grid = rows * pl.cluster if pl.cluster else min(math.ceil(rows / pl.rpb), pl.cap)
+        tail = (() if pl.cluster else (np.int32(pl.nvr),) if pl.stream
+                else (np.int32(pl.nchunks), np.int32(pl.smem_chunks)))
         _compile.launch(pl.kern, (grid,), (pl.G * pl.rpb,),
                         (x, residual if residual is not None else _NULL, weight if weight is not None else _NULL,
                          bias if bias is not None else _NULL, y, h if h is not None else _NULL,

@@ -232,6 +232,8 @@ def test_every_kernel_is_declared():
                     assert norm._fwd_name(dt, wdt, kind, res, False, True) in names  # block path, two-pass
                     for warp in (False, True):  # rows of whole vectors
                         assert norm._fwd_name(dt, wdt, kind, res, warp, True, True) in names
+                    for c in (2, 4, 8):
+                        assert norm._fwd_cluster_name(dt, wdt, kind, res, c) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 2) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 4) in names
@@ -284,6 +286,7 @@ def test_two_pass_only_for_rows_held_on_chip(monkeypatch):
     monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): asked.append(name) or name)
     monkeypatch.setattr(_compile, "max_shared_optin", lambda dev: 227 * 1024)
     monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(_compile, "compute_capability", lambda dev: 80)  # no cluster forward: norm_fwd's rows
     monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
     monkeypatch.setattr(norm, "_FWD_CFG", {})
     pattern = re.compile(r"norm_fwd<[^,]+, [^,]+, \d, (\d+), \d+, \d+, \w+, \w+, (\w+), (\w+), (\w+)>")
@@ -307,6 +310,47 @@ def test_two_pass_only_for_rows_held_on_chip(monkeypatch):
                         if tp == "true":
                             two_pass += 1
     assert two_pass > 0
+
+
+@pytest.mark.parametrize("itemsize", [4, 2])
+def test_forward_cluster_plans(monkeypatch, itemsize):
+    """The cluster forward (norm_fwd_cluster) takes exactly the whole-vector rows of FWD_CLUSTER_MIN_VECS or more
+    vectors that some cluster size covers at four vectors a thread, on compute capability 9.0 only; the size is the
+    smallest that does, G a multiple of 32 within FWD_CLUSTER_MAX_THREADS and just enough; the kernel asked for is
+    declared. Plans only (no device)."""
+    from cuflash import _compile
+
+    declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
+    asked = []
+    monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): asked.append((name, extra)) or name)
+    monkeypatch.setattr(_compile, "max_shared_optin", lambda dev: 227 * 1024)
+    monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
+    dt = np.dtype(np.float32) if itemsize == 4 else _dtypes.bfloat16
+    vec, cap, lo = 16 // itemsize, 4 * norm.FWD_CLUSTER_MAX_THREADS, norm.FWD_CLUSTER_MIN_VECS
+    bodies = (1, lo - 1, lo, lo + 1, 2 * cap, 2 * cap + 1, 4 * cap, 4 * cap + 1, 8 * cap - 1, 8 * cap, 8 * cap + 1)
+    hit = 0
+    for cc in (80, 90):
+        monkeypatch.setattr(_compile, "compute_capability", lambda dev: cc)
+        for body in bodies:
+            for hidden in (body * vec, body * vec + 1):
+                for kind in (norm.LAYER, norm.RMS):
+                    for res in (False, True):
+                        monkeypatch.setattr(norm, "_FWD_CFG", {})
+                        plan = norm._fwd_config(kind, dt, dt, hidden, res, 0)
+                        expect = cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
+                        assert bool(plan.cluster) == expect, (cc, hidden, plan)
+                        if not expect:
+                            continue
+                        hit += 1
+                        c, G = plan.cluster, plan.G
+                        name, extra = asked[-1]
+                        assert name == norm._fwd_cluster_name(dt, dt, kind, res, c) and name in declared
+                        assert extra == norm._SM90_OPTIONS
+                        assert G % 32 == 0 and G <= norm.FWD_CLUSTER_MAX_THREADS and c * 4 * G >= body
+                        assert c * 4 * (G - 32) < body  # G just enough
+                        assert c == 2 or math.ceil(body / (c // 2)) > cap  # the smallest size that covers
+    assert hit > 0
 
 
 
@@ -541,8 +585,34 @@ def test_handed_cases(cp, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("hidden", [1031, 32768, 40001])  # registers; streamed / shared-memory chunks
-def test_extreme_inputs(cp, rng, kind, dt, hidden):
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "no-cluster"])
+def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
+    """The cluster forward (norm_fwd_cluster, compute capability 9.0) at the edges of its plan: rows of 4096
+    vectors (4 blocks of 256 threads), 4097 (8 blocks of 160 threads, the last owning nothing), 8192 (8 of 256),
+    8193 (not taken); and with the threshold lowered, 1100 vectors (2 blocks of 160, the second partly empty) and
+    2048 (2 of 256); 1, 7 and 301 rows. ``no-cluster``: the same rows on the other forward paths (streamed,
+    shared-memory chunks), which the cluster path now hides at these lengths."""
+    if cluster and int(cp.cuda.Device().compute_capability) < 90:
+        pytest.skip("thread-block clusters need compute capability 9.0")
+    monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
+    monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
+    vec = 16 // np.dtype(dt).itemsize
+    for body in (1100, 2048, 4096, 4097, 8192, 8193):
+        for rows in (1, 7) if body > 2048 else (1, 301):
+            for variant in (0, 1, 2, 3):
+                _run_forward(cp, rng, kind, dt, rows, body * vec, variant)
+    if cluster:
+        assert norm._fwd_config(norm.LAYER if kind == "layer" else norm.RMS, np.dtype(dt), np.dtype(dt),
+                                4096 * vec, False, cp.cuda.Device().id).cluster == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+@pytest.mark.parametrize("hidden,cluster", [(1031, True), (32768, True), (32768, False), (40001, True)],
+                         ids=["registers", "cluster", "stream-or-smem", "smem"])
+def test_extreme_inputs(cp, rng, monkeypatch, kind, dt, hidden, cluster):
+    monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     big = {np.dtype(np.float32): 1e15, np.dtype(np.float16): 3e4, _dtypes.bfloat16: 1e15}[np.dtype(dt)]
     x = rng.standard_normal((6, hidden)) * 3
     x[0] = 2.5                    # all equal: var = 0 -> y = bias, rstd = 1/sqrt(eps)

@@ -7,6 +7,8 @@
 //                         barrier completes
 //   cluster_wait()        acquire. Every thread of every block of the cluster takes part; arrive and wait alternate
 //   cluster_sync()        arrive, then wait
+//   cluster_arrive_relaxed()  arrive without release (nothing of this thread's is published by it; an
+//                         mbarrier initialised before it is published by fence.mbarrier_init instead)
 //   cluster_map(p, rank)  the address of `p` (a __shared__ object of this block) in block `rank`'s shared memory
 // A point-to-point exchange without a cluster barrier (an mbarrier in the receiving block counts the bytes):
 //   cluster_map_u32(a, rank)           the shared::cluster address of shared-window address `a` in block `rank`
@@ -23,6 +25,7 @@ __device__ __forceinline__ unsigned cluster_rank() { return __clusterRelativeBlo
 __device__ __forceinline__ void cluster_arrive() { __cluster_barrier_arrive(); }
 __device__ __forceinline__ void cluster_wait() { __cluster_barrier_wait(); }
 __device__ __forceinline__ void cluster_sync() { cluster_arrive(); cluster_wait(); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { __cluster_barrier_arrive_relaxed(); }
 template <typename S> __device__ __forceinline__ S* cluster_map(S* p, unsigned rank) {
   return reinterpret_cast<S*>(__cluster_map_shared_rank(reinterpret_cast<void*>(p), rank));
 }
