@@ -394,8 +394,9 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // registers (G = blockDim.x). A block holding a whole 128 KiB row (norm_fwd with shared-memory chunks) leaves one
 // or two rows in flight per SM, each loaded, reduced and written in turn; split over the cluster, a row's share
 // is small enough for registers and several blocks per SM overlap one's loads with another's reduction.
-// Statistics: each block reduces its share (LayerNorm: its sum, then its squared deviations from its own mean,
-// the exact two-pass formula on the share); the CL pairs go to every block by st.async, counted by an mbarrier
+// Statistics: each warp reduces its values by shuffles (LayerNorm: their sum, then their squared deviations from
+// the warp's mean, the exact two-pass formula on them), warp 0 merges the warps' states into the block's (one block
+// barrier); the CL block states go to every block by st.async, counted by an mbarrier
 // in the receiver (no cluster barrier on the row's path: the one at the start, which publishes the mbarriers'
 // initialisation, is waited for only after the loads are in flight), and every block merges them in rank order
 // (Chan et al. 1979 for LayerNorm: M2 = sum M2_r + n_r (mean_r - mean)^2), so all get the same bits.
@@ -411,7 +412,6 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
   typedef Vec<T, VEC> V;
   typedef Vec<W, VEC> P;
   __shared__ float2 xch[CL];
-  __shared__ Sum1 red[32];
   __shared__ __align__(8) unsigned long long mbar;
   const unsigned rank = cluster_rank();
   const int G = blockDim.x, body = hidden / VEC, share = VPT * G;
@@ -442,20 +442,34 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
       }
   }
 
-  // ---- this block's share: (sum, M2 about its own mean) for LayerNorm, (sum of squares, 0) for RMSNorm
+  // values of block r's share of the row (0 for a block past its end)
   auto share_count = [&](int r) { return (float)(max(0, min(share, body - r * share)) * VEC); };
-  float2 mine;
+
+  // ---- this block's share, reduced with shuffles in each warp and then by warp 0 over the warps' states (one
+  // block barrier: two block-wide sums, four barriers, ran plain LayerNorm at 0.72-0.78 of copy at float32 16K-32K
+  // against 0.92-0.93 for RMSNorm, logs/norm_sweep_f07348f.json). LayerNorm: each warp's (count, sum), its mean,
+  // then its M2 about that mean (the exact two-pass formula on the warp's values), warps merged by Chan's
+  // formula; RMSNorm: the sum of squares.
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = G >> 5;  // G a multiple of 32, <= 256
+  __shared__ float wst[3][8];  // per warp: count, mean, M2 (RMSNorm: -, sum of squares, -)
+  auto warp_sum = [](float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;  // the same bits in every lane (the butterfly adds the same pairs, commutatively)
+  };
   if (KIND == LAYER) {
-    float s = 0.f;
+    float s = 0.f, c = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       if (t + k * G < body) {
         const V a = opaque(reg[k]);
+        c += (float)VEC;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) s += to_float(a.v[i]);
       }
-    s = block_allreduce(Sum1{s}, Sum1Op(), red).a;
-    const float n = share_count(rank), m = n > 0.f ? s / n : 0.f;
+    c = warp_sum(c);
+    s = warp_sum(s);
+    const float m = c > 0.f ? s / c : 0.f;
     float q = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
@@ -464,7 +478,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
 #pragma unroll
         for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; q = fmaf(d, d, q); }
       }
-    mine = make_float2(s, block_allreduce(Sum1{q}, Sum1Op(), red).a);
+    q = warp_sum(q);
+    if (lane == 0) { wst[0][wid] = c; wst[1][wid] = m; wst[2][wid] = q; }
   } else {
     float q = 0.f;
 #pragma unroll
@@ -474,33 +489,43 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
 #pragma unroll
         for (int i = 0; i < VEC; ++i) { const float h = to_float(a.v[i]); q = fmaf(h, h, q); }
       }
-    mine = make_float2(block_allreduce(Sum1{q}, Sum1Op(), red).a, 0.f);
+    q = warp_sum(q);
+    if (lane == 0) wst[1][wid] = q;
   }
+  __syncthreads();
 
-  // ---- exchange: slot `rank` of every block's xch (thread 0 its own, then its arrival; thread q to block q)
+  // ---- warp 0: the block's state (LayerNorm: mean, M2 about it; RMSNorm: sum of squares, 0) to slot `rank` of
+  // every block's xch (lane 0 its own, then its arrival; lane q to block q by st.async)
   cluster_wait();  // every block's mbarrier is initialised
   const unsigned mb = smem_u32(&mbar);
-  if (threadIdx.x == 0) {
-    xch[rank] = mine;
-    mbar_arrive_expect_tx(mb, 8 * (CL - 1));
+  if (wid == 0) {
+    float2 mine;
+    if (KIND == LAYER) {  // Chan's merge is not symmetric: lanes may differ in the last bit, lane 0's is sent
+      Welford st = lane < nw ? Welford{wst[0][lane], wst[1][lane], wst[2][lane]} : Welford::identity();
+      st = warp_allreduce<32>(st, WelfordOp());
+      mine = make_float2(__shfl_sync(0xffffffffu, st.mean, 0), __shfl_sync(0xffffffffu, st.m2, 0));
+    } else {
+      mine = make_float2(warp_sum(lane < nw ? wst[1][lane] : 0.f), 0.f);
+    }
+    if (lane == 0) {
+      xch[rank] = mine;
+      mbar_arrive_expect_tx(mb, 8 * (CL - 1));
+    }
+    if (lane < CL && lane != (int)rank)
+      st_async_f2(cluster_map_u32(smem_u32(xch + rank), lane), mine, cluster_map_u32(mb, lane));
   }
-  if (threadIdx.x < CL && threadIdx.x != rank)
-    st_async_f2(cluster_map_u32(smem_u32(xch + rank), threadIdx.x), mine, cluster_map_u32(mb, threadIdx.x));
   mbar_wait_cluster(mb, 0);
   float mu = 0.f, rstd;
-  if (KIND == LAYER) {
+  if (KIND == LAYER) {  // Chan et al. over the CL blocks: mean = sum n_r mean_r / n, M2 = sum M2_r + n_r d_r^2
     float s = 0.f;
 #pragma unroll
-    for (int r = 0; r < CL; ++r) s += xch[r].x;
+    for (int r = 0; r < CL; ++r) s = fmaf(share_count(r), xch[r].x, s);
     mu = s / (float)hidden;
     float m2 = 0.f;
 #pragma unroll
     for (int r = 0; r < CL; ++r) {
-      const float n = share_count(r);
-      if (n > 0.f) {
-        const float d = xch[r].x / n - mu;
-        m2 += xch[r].y + n * d * d;
-      }
+      const float d = xch[r].x - mu;
+      m2 += xch[r].y + share_count(r) * d * d;  // an empty block: mean 0, M2 0, count 0
     }
     rstd = rsqrtf(m2 / (float)hidden + eps);
   } else {

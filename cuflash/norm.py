@@ -47,7 +47,7 @@ FWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: forward rows of whol
                                # FWD_CLUSTER_MIN_VECS of them, split over a thread-block cluster (norm_fwd_cluster),
                                # the smallest size that leaves each block at most 4 * FWD_CLUSTER_MAX_THREADS
                                # vectors (four a thread, in registers); () turns the path off
-FWD_CLUSTER_MIN_VECS = 4096    # rows of at least this many vectors (float32 16K, 16-bit 32K)
+FWD_CLUSTER_MIN_VECS = 2048    # rows of at least this many vectors (float32 8K, 16-bit 16K)
 FWD_CLUSTER_MAX_THREADS = 256  # threads per block of norm_fwd_cluster (its launch bounds' limit)
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
