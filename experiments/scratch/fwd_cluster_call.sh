@@ -12,7 +12,9 @@ for tool in ${SAN_TOOLS:-memcheck synccheck}; do
 done
 CUFLASH_WARM_CACHE=0 CUFLASH_GPU_RECORD=experiments/results/h200_norm_tests.json timeout 240 \
   python -m pytest -q -n 14 -p no:cacheprovider -o addopts="-ra --benchmark-disable" tests/test_norm.py 2>&1 | tail -8
+tar czf "$OUT/r.tgz" experiments/results plots  # again at the end: what ran comes back if time runs out
 timeout 200 python experiments/norm_sweep.py 2>&1 | grep -v "it/s" | tail -2
+tar czf "$OUT/r.tgz" experiments/results plots
 ab() {  # name, python statement on cuflash.norm (module n), norm_sweep arguments
   timeout 90 python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.norm as n; $2
 sys.argv = ['norm_sweep.py', '--no-torch', '--name', '$1'] + '$3'.split()
