@@ -49,6 +49,10 @@ FWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: forward rows of whol
                                # vectors (four a thread, in registers); () turns the path off
 FWD_CLUSTER_MIN_VECS = 2048    # rows of at least this many vectors (float32 8K, 16-bit 16K)
 FWD_CLUSTER_MAX_THREADS = 256  # threads per block of norm_fwd_cluster (its launch bounds' limit)
+FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluster path too. Off: it ran slower there
+                                 # than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy against
+                                 # 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83; logs/norm_sweep_3a64b22.json
+                                 # and norm_sweep_nocluster_3a64b22.json), where RMSNorm and fused LayerNorm gain
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
@@ -335,11 +339,11 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
-           FWD_CLUSTER_MAX_THREADS)
+           FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
-        if geo is not None:
+        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER):
             c, G = geo
             kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c), _SM90_OPTIONS)
             cfg = _FWD_CFG[key] = FwdPlan(False, kern, G, 1, 4, 0, 0, 0, 4, c)

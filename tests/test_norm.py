@@ -338,7 +338,8 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                     for res in (False, True):
                         monkeypatch.setattr(norm, "_FWD_CFG", {})
                         plan = norm._fwd_config(kind, dt, dt, hidden, res, 0)
-                        expect = cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
+                        expect = (cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
+                                  and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER))
                         assert bool(plan.cluster) == expect, (cc, hidden, plan)
                         if not expect:
                             continue
@@ -596,6 +597,7 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
         pytest.skip("thread-block clusters need compute capability 9.0")
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)  # the kernel's LayerNorm without residual too
     vec = 16 // np.dtype(dt).itemsize
     for body in (1100, 2048, 4096, 4097, 8192, 8193):
         for rows in (1, 7) if body > 2048 else (1, 301):
@@ -613,6 +615,7 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
                          ids=["registers", "cluster", "stream-or-smem", "smem"])
 def test_extreme_inputs(cp, rng, monkeypatch, kind, dt, hidden, cluster):
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
+    monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)
     big = {np.dtype(np.float32): 1e15, np.dtype(np.float16): 3e4, _dtypes.bfloat16: 1e15}[np.dtype(dt)]
     x = rng.standard_normal((6, hidden)) * 3
     x[0] = 2.5                    # all equal: var = 0 -> y = bias, rstd = 1/sqrt(eps)
