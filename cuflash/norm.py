@@ -8,15 +8,18 @@ dweight/dbias partial sums) stay in registers across the rows a thread handles, 
 entirely on chip (registers, shared memory, or the streamed kernel's stages) take the exact two-pass formula
 (the mean from one block sum, then the sum of squared deviations from it over the same on-chip row); longer rows
 use Welford's running (count, mean, M2) merged across lanes, warps and blocks with Chan, Golub & LeVeque's
-pairwise formula; RMSNorm accumulates x^2 in float32 (float16 x^2 overflows above |x| ~ 256).
+pairwise formula; RMSNorm accumulates x^2 in float32 (float16 x^2 overflows above |x| ~ 256). On compute
+capability 9.0, RMSNorm and fused LayerNorm rows of 2048 to 8192 whole 16-byte vectors are split over a
+thread-block cluster (``norm_fwd_cluster``): each block's share in registers, the blocks' states (LayerNorm: mean
+and M2 of the share, two-pass within each warp, Chan-merged) exchanged through distributed shared memory.
 
 - LayerNorm: Ba, Kiros & Hinton, "Layer Normalization" (2016): ``y = (h - mean) / sqrt(var + eps) * w + b``
   with the biased variance, as ``torch.nn.functional.layer_norm``.
 - RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization" (2019): ``y = h / sqrt(mean(h^2) + eps) * w``,
   as ``torch.nn.functional.rms_norm`` (``eps=None`` means ``finfo(x.dtype).eps``).
 
-Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_fwd_stream``, ``norm_bwd``, ``norm_bwd_stream``,
-``norm_bwd_cluster``, ``reduce_parts``), ``cuda_src/cuflash/welford.cuh`` and ``cuda_src/cuflash/cluster.cuh``.
+Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_fwd_stream``, ``norm_fwd_cluster``, ``norm_bwd``,
+``norm_bwd_stream``, ``norm_bwd_cluster``, ``reduce_parts``), ``cuda_src/cuflash/welford.cuh`` and ``cuda_src/cuflash/cluster.cuh``.
 """
 from __future__ import annotations
 
