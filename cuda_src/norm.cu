@@ -457,6 +457,17 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
     for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
     return v;  // the same bits in every lane (the butterfly adds the same pairs, commutatively)
   };
+  auto sq_dev = [&](float m) {  // this thread's sum of (h - m)^2 (m = 0: RMSNorm's sum of squares)
+    float q = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) {
+        const V a = opaque(reg[k]);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; q = fmaf(d, d, q); }
+      }
+    return q;
+  };
   if (KIND == LAYER) {
     float s = 0.f, c = 0.f;
 #pragma unroll
@@ -470,26 +481,10 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
     c = warp_sum(c);
     s = warp_sum(s);
     const float m = c > 0.f ? s / c : 0.f;
-    float q = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (t + k * G < body) {
-        const V a = opaque(reg[k]);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; q = fmaf(d, d, q); }
-      }
-    q = warp_sum(q);
+    const float q = warp_sum(sq_dev(m));
     if (lane == 0) { wst[0][wid] = c; wst[1][wid] = m; wst[2][wid] = q; }
   } else {
-    float q = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (t + k * G < body) {
-        const V a = opaque(reg[k]);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) { const float h = to_float(a.v[i]); q = fmaf(h, h, q); }
-      }
-    q = warp_sum(q);
+    const float q = warp_sum(sq_dev(0.f));
     if (lane == 0) wst[1][wid] = q;
   }
   __syncthreads();
