@@ -19,7 +19,8 @@ and M2 of the share, two-pass within each warp, Chan-merged) exchanged through d
   as ``torch.nn.functional.rms_norm`` (``eps=None`` means ``finfo(x.dtype).eps``).
 
 Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_fwd_stream``, ``norm_fwd_cluster``, ``norm_bwd``,
-``norm_bwd_stream``, ``norm_bwd_cluster``, ``reduce_parts``), ``cuda_src/cuflash/welford.cuh`` and ``cuda_src/cuflash/cluster.cuh``.
+``norm_bwd_stream``, ``norm_bwd_cluster``, ``reduce_parts``), ``cuda_src/cuflash/welford.cuh`` and
+``cuda_src/cuflash/cluster.cuh``.
 """
 from __future__ import annotations
 
