@@ -8,6 +8,7 @@ argument sets to :func:`time_cuda`), with an optional L2 flush before every repe
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -133,9 +134,24 @@ def git_commit() -> str:
         return os.environ.get("CUFLASH_COMMIT", "unknown")
 
 
+def source_hashes() -> dict:
+    """sha256 (16 hex digits) of the kernel sources (``cuda_src/``, the hash in every kernel's cache key) and of
+    the package's Python files: a record names the code that ran even where git cannot (a copy of the tree without
+    its history, or with a stale one); recompute them at a commit to match a record to it."""
+    from . import _compile
+
+    h = hashlib.sha256()
+    pkg = Path(__file__).resolve().parent
+    for p in sorted(pkg.glob("*.py")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return {"cuda_src": _compile.source_hash(), "cuflash_py": h.hexdigest()[:16]}
+
+
 def environment() -> dict:
-    """GPU name, SM count, L2, driver/runtime and library versions, commit, command, time."""
-    env = {"commit": os.environ.get("CUFLASH_COMMIT") or git_commit(), "command": " ".join(sys.argv),
+    """GPU name, SM count, L2, driver/runtime and library versions, commit, source hashes, command, time."""
+    env = {"commit": os.environ.get("CUFLASH_COMMIT") or git_commit(), "source_hashes": source_hashes(),
+           "command": " ".join(sys.argv),
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "python": platform.python_version(), "numpy": np.__version__}
     try:

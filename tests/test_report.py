@@ -343,3 +343,27 @@ def test_host_us_per_call_counts_calls_and_waits():
     calls, waits = [], []
     us = bench.host_us_per_call(lambda: calls.append(1), calls=100, warmup=5, sync=lambda: waits.append(len(calls)))
     assert len(calls) == 105 and waits == [5, 105] and us > 0
+
+
+def test_environment_names_the_sources(tmp_path, monkeypatch):
+    """Every record carries the hashes of the kernel sources and of the Python package: the one of cuda_src/ is
+    the kernel cache key's (_compile.source_hash), and a changed file changes it."""
+    from cuflash import _compile, bench
+
+    env = bench.environment()
+    h = env["source_hashes"]
+    assert h["cuda_src"] == _compile.source_hash() and len(h["cuda_src"]) == 16 and len(h["cuflash_py"]) == 16
+    src = tmp_path / "cuda_src"
+    src.mkdir()
+    (src / "a.cu").write_text("x")
+    monkeypatch.setattr(_compile, "SRC_DIR", src)
+    _compile.source_hash.cache_clear()
+    try:
+        first = _compile.source_hash()
+        (src / "a.cu").write_text("y")
+        _compile.source_hash.cache_clear()
+        assert _compile.source_hash() != first
+    finally:
+        monkeypatch.undo()
+        _compile.source_hash.cache_clear()
+    assert _compile.source_hash() == h["cuda_src"]
