@@ -34,15 +34,21 @@ class ConfigurationError(ValueError):
     """A kernel configuration that cannot run on this device (e.g. too much shared memory)."""
 
 
+def tree_hash(root, suffixes) -> str:
+    """sha256 over the files under ``root`` with one of ``suffixes`` (relative names and contents), first 16 hex
+    digits."""
+    h = hashlib.sha256()
+    for p in sorted(Path(root).rglob("*")):
+        if p.is_file() and p.suffix in suffixes:
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=None)
 def source_hash() -> str:
     """sha256 over every file under cuda_src/ (names and contents), first 16 hex digits."""
-    h = hashlib.sha256()
-    for p in sorted(SRC_DIR.rglob("*")):
-        if p.is_file() and p.suffix in (".cu", ".cuh", ".h"):
-            h.update(str(p.relative_to(SRC_DIR)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+    return tree_hash(SRC_DIR, (".cu", ".cuh", ".h"))
 
 
 @functools.lru_cache(maxsize=None)

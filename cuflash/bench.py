@@ -8,7 +8,6 @@ argument sets to :func:`time_cuda`), with an optional L2 flush before every repe
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import platform
@@ -140,12 +139,8 @@ def source_hashes() -> dict:
     its history, or with a stale one); recompute them at a commit to match a record to it."""
     from . import _compile
 
-    h = hashlib.sha256()
-    pkg = Path(__file__).resolve().parent
-    for p in sorted(pkg.glob("*.py")):
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    return {"cuda_src": _compile.source_hash(), "cuflash_py": h.hexdigest()[:16]}
+    return {"cuda_src": _compile.source_hash(), "cuflash_py": _compile.tree_hash(Path(__file__).resolve().parent,
+                                                                                  (".py",))}
 
 
 def environment() -> dict:

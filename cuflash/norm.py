@@ -293,6 +293,17 @@ bytes, grid cap, vectors per thread (streamed kernel); ``cluster`` > 0: norm_fwd
 blocks of G threads (one row per cluster, no grid cap)."""
 
 
+def _cluster_split(body, sizes, per_block):
+    """(C, G) for a row of ``body`` 16-byte vectors over a thread-block cluster, four vectors a thread: C the
+    smallest of ``sizes`` that leaves each block at most ``per_block`` vectors, G a multiple of 32 just enough for
+    the block's share; None when no size does."""
+    for c in sorted(sizes):
+        share = math.ceil(body / c)
+        if share <= per_block:
+            return c, 32 * math.ceil(math.ceil(share / 4) / 32)
+    return None
+
+
 def _fwd_cluster_geometry(itemsize, hidden, cc):
     """(C blocks per row, G threads per block) of the cluster forward (norm_fwd_cluster), or None where it does
     not apply: compute capability ``cc`` < 90, rows not whole 16-byte vectors, fewer than FWD_CLUSTER_MIN_VECS
@@ -303,11 +314,7 @@ def _fwd_cluster_geometry(itemsize, hidden, cc):
     body = hidden // vec
     if (cc or 0) < 90 or hidden % vec or body < FWD_CLUSTER_MIN_VECS:
         return None
-    for c in sorted(FWD_CLUSTER_SIZES):
-        share = math.ceil(body / c)
-        if share <= 4 * FWD_CLUSTER_MAX_THREADS:
-            return c, 32 * math.ceil(math.ceil(share / 4) / 32)
-    return None
+    return _cluster_split(body, FWD_CLUSTER_SIZES, 4 * FWD_CLUSTER_MAX_THREADS)
 
 
 def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
@@ -526,10 +533,8 @@ def _bwd_stream_geometry(itemsize, hidden, cc=None):
         return G, max(1, 128 // G), vpt, 1
     if (cc or 0) < 90:
         return None
-    for c in BWD_CLUSTER_SIZES:
-        if body <= c * hi:
-            return 32 * math.ceil(math.ceil(math.ceil(body / c) / 4) / 32), 1, 4, c
-    return None
+    split = _cluster_split(body, BWD_CLUSTER_SIZES, hi)
+    return None if split is None else (split[1], 1, 4, split[0])
 
 
 def _bwd_config(kind, dt, wdt, hidden, has_w, dev):
