@@ -452,11 +452,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
   // formula; RMSNorm: the sum of squares.
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = G >> 5;  // G a multiple of 32, <= 256
   __shared__ float wst[3][8];  // per warp: count, mean, M2 (RMSNorm: -, sum of squares, -)
-  auto warp_sum = [](float v) {
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-    return v;  // the same bits in every lane (the butterfly adds the same pairs, commutatively)
-  };
+  // the same bits in every lane (the butterfly adds the same pairs, commutatively)
+  auto warp_sum = [](float v) { return warp_allreduce<32>(Sum1{v}, Sum1Op()).a; };
   auto sq_dev = [&](float m) {  // this thread's sum of (h - m)^2 (m = 0: RMSNorm's sum of squares)
     float q = 0.f;
 #pragma unroll
