@@ -37,13 +37,6 @@ timeout 100 python -c "
 import sys, runpy; import cuflash.norm as n; n.BWD_CLUSTER_LAG = False
 sys.argv = ['norm_sweep.py', '--ops', 'bwd', '--hiddens', '16384,32768', '--no-triton', '--name', 'norm_bwd_nolag']
 runpy.run_path('experiments/norm_sweep.py', run_name='__main__')" 2>&1 | grep -v "it/s" | tail -1
-python - <<'PY'
-import json
-for name in ("norm_bwd_nolag", "norm_bwd_cluster"):
-    d = json.load(open(f"experiments/results/{name}.json"))
-    for r in d["rows"]:
-        if r["impl"] == "cuflash":
-            print(name, r["op"], r["kind"], r["dtype"], r["hidden"], round(r["GBps"]), round(r["frac_copy"], 3),
-                  r.get("speed_vs_torch") and round(r["speed_vs_torch"], 2), r.get("max_abs_err"))
-PY
+python experiments/scratch/norm_rows.py experiments/results/norm_bwd_nolag.json \
+  experiments/results/norm_bwd_cluster.json
 tar czf "$OUT/r.tgz" experiments/results plots

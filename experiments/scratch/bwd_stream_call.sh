@@ -10,12 +10,5 @@ python experiments/scratch/warm.py norm.cu 2>&1 | tail -1
 CUFLASH_WARM_CACHE=0 CUFLASH_GPU_RECORD=experiments/results/h200_norm_tests.json timeout 300 \
   python -m pytest -q -n 14 -p no:cacheprovider -o addopts="-ra --benchmark-disable" tests/test_norm.py 2>&1 | tail -8
 timeout 200 python experiments/norm_sweep.py 2>&1 | grep -v "it/s" | tail -3
-python - <<'PY'
-import json
-d = json.load(open("experiments/results/norm_sweep.json"))
-for r in d["rows"]:
-    if r["impl"] == "cuflash":
-        print(r["op"], r["kind"], r["dtype"], r["hidden"], round(r["GBps"]), round(r["frac_copy"], 3),
-              r.get("speed_vs_torch") and round(r["speed_vs_torch"], 2), r.get("speed_vs_triton") and round(r["speed_vs_triton"], 2))
-PY
+python experiments/scratch/norm_rows.py
 tar czf "$OUT/r.tgz" experiments/results plots
