@@ -499,12 +499,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
     } else {
       mine = make_float2(warp_sum(lane < nw ? wst[1][lane] : 0.f), 0.f);
     }
-    if (lane == 0) {
-      xch[rank] = mine;
-      mbar_arrive_expect_tx(mb, 8 * (CL - 1));
-    }
-    if (lane < CL && lane != (int)rank)
-      st_async_f2(cluster_map_u32(smem_u32(xch + rank), lane), mine, cluster_map_u32(mb, lane));
+    cluster_send_f2<CL>(mine, xch, rank, mb);
   }
   mbar_wait_cluster(mb, 0);
   float mu = 0.f, rstd;

@@ -657,6 +657,11 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       cluster_wait();  // every block of the cluster has started
       waited = true;
     }
+    // lane 0's state to every peer: merge is not bitwise symmetric (a.l * ra + b.l * rb contracts to an fma
+    // around one of the products), so the lanes of a warp may hold states 1 ulp apart, and thread q's own copy
+    // sent to block q would leave the blocks of a row with different statistics
+    s.m = __shfl_sync(0xffffffffu, s.m, 0);
+    s.l = __shfl_sync(0xffffffffu, s.l, 0);
     if (threadIdx.x < C) *cluster_map(&xch[parity][rank], threadIdx.x) = s;
     cluster_sync();
     s = xch[parity][0];

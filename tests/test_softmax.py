@@ -786,6 +786,27 @@ def test_cluster_chosen_automatically(dtype, rng, cp):
     assert pl.path != "cluster"
 
 
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_blocks_share_the_row_statistics(dtype, rng, cp):
+    """Every block of a cluster normalises with the same (m, l), bit for bit: a row made of C copies of one segment
+    (each block reduces the same values) gives C bitwise-equal output segments. (The lanes of a warp can hold
+    merged states 1 ulp apart, merge not being bitwise symmetric; a block sending each peer its own lane's copy
+    fails this.)"""
+    _needs_cluster()
+    vec = 16 // np.dtype(dtype).itemsize
+    cases = [({"path": "cluster", "cluster": c}, 300 * vec) for c in sm.CLUSTER_SIZES]
+    cases += [({"path": "cluster", "cluster": c, "hold_bytes": 16 * 64}, 300 * vec) for c in (2, 8)]
+    for part, seg in cases:
+        c = part["cluster"]
+        x64 = np.tile(rng.standard_normal((64, seg)) * 4, (1, c))
+        for op in (sm.OP_SOFTMAX, sm.OP_LOG_SOFTMAX):
+            y, pl = _cluster_run(_to_device(x64, dtype), op, part, cp)
+            assert pl.slots_per_chunk * vec == seg, pl
+            b = y.get().view(np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint32).reshape(64, c, seg)
+            assert (b == b[:, :1]).all(), (part, op)
+
+
 def test_argument_errors_come_before_the_device():
     """Bad axes, methods, weights and states raise their documented errors before any device query or launch
     (scipy's: axis=True is a TypeError; logsumexp checks b's shape and the axis before converting anything)."""

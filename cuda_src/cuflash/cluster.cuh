@@ -15,6 +15,11 @@
 //   st_async_f2(a, v, mbar)            store v at shared::cluster address a (another block's) and signal its
 //                                      arrival there: complete_tx of 8 bytes on the mbarrier at shared::cluster mbar
 //   mbar_wait_cluster(a, parity)       mbar_wait with acquire at cluster scope: the peers' st.async data is visible
+//   cluster_send_f2<CL>(v, xch, rank, mbar)  one warp: v into slot `rank` of xch in every block of the cluster
+//                                      (lane 0 its own block's, then its arrival expecting 8 bytes a peer; lane q
+//                                      block q's by st_async_f2); receivers wait with mbar_wait_cluster. v must be
+//                                      the same bits in every lane (broadcast lane 0's after a merge that is not
+//                                      bitwise symmetric), or the blocks receive different values
 #pragma once
 #include "cuflash/mbarrier.cuh"
 
@@ -46,6 +51,16 @@ __device__ __forceinline__ void mbar_wait_cluster(unsigned addr, unsigned parity
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
         "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(addr), "r"(parity) : "memory");
   } while (!done);
+}
+template <int CL>
+__device__ __forceinline__ void cluster_send_f2(float2 v, float2* xch, unsigned rank, unsigned mbar) {
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) {
+    xch[rank] = v;
+    mbar_arrive_expect_tx(mbar, 8 * (CL - 1));
+  }
+  if (lane < CL && lane != (int)rank)
+    st_async_f2(cluster_map_u32((unsigned)__cvta_generic_to_shared(xch + rank), lane), v, cluster_map_u32(mbar, lane));
 }
 #endif
 
