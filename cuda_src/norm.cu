@@ -402,146 +402,180 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // (Chan et al. 1979 for LayerNorm: M2 = sum M2_r + n_r (mean_r - mean)^2), so all get the same bits.
 // A block leaves after its own mbarrier completes: every store into its shared memory has landed by then, and a
 // peer it stored into waits for that store before it leaves.
-template <typename T, typename W, int KIND, bool RES, int CL>
+// HOLD: persistent clusters (gridDim.x / CL of them, as many as fit at once), rows cluster-stride, each thread's
+// weight and bias vectors loaded once into its own slots of dynamic shared memory (registers would spill: float32
+// weights of a 16-bit row take 64 registers with the bias) and read back per row: without it every block of every
+// row re-reads its share of them from L2, as many bytes as x for plain LayerNorm (the one kind that ran slower on
+// this path). Each thread reads only the slots it wrote: no barrier. Two
+// exchange buffers and mbarriers by row parity: a peer sends row i's state only after it has received this block's
+// state of row i - 1, which this block sends after its block barrier of that row, after every thread here has
+// read row i - 2's buffer and waited for its mbarrier phase, so the buffer and the phase row i uses are free.
+template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cluster(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
-    const i64 rows, const int hidden, const float eps) {  // rows == gridDim.x / CL (the other kernels' arguments)
+    const i64 rows, const int hidden, const float eps) {  // !HOLD: rows == gridDim.x / CL
   static_assert(CL == 2 || CL == 4 || CL == 8, "portable cluster sizes");
-  constexpr int VEC = Vec16<T>::N, VPT = 4;
+  constexpr int VEC = Vec16<T>::N, VPT = 4, NB = HOLD ? 2 : 1;
   typedef Vec<T, VEC> V;
   typedef Vec<W, VEC> P;
-  __shared__ float2 xch[CL];
-  __shared__ __align__(8) unsigned long long mbar;
+  __shared__ float2 xch[NB][CL];
+  __shared__ __align__(8) unsigned long long mbar[NB];
   const unsigned rank = cluster_rank();
   const int G = blockDim.x, body = hidden / VEC, share = VPT * G;
   const int t = (int)rank * share + threadIdx.x;  // this thread's first vector; its k-th is t + k * G
-  const i64 row = blockIdx.x / CL, off = row * (i64)hidden;
   if (KIND == RMS) b = nullptr;
   if (threadIdx.x == 0) {
-    mbar_init(smem_u32(&mbar), 1);
+#pragma unroll
+    for (int q = 0; q < NB; ++q) mbar_init(smem_u32(&mbar[q]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_arrive_relaxed();  // waited for below, before the first st.async: the loads go out meanwhile
 
-  V reg[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (t + k * G < body) reg[k] = V::load(x + off + (i64)(t + k * G) * VEC);
-  if (RES) {
-    V rv[VPT];
+  extern __shared__ __align__(16) unsigned char dsmem[];  // HOLD: [w | b][k][thread] weight vectors
+  P* const wsm = reinterpret_cast<P*>(dsmem);
+  P* const bsm = wsm + VPT * G;
+  if (HOLD) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
-      if (t + k * G < body) rv[k] = V::load(res + off + (i64)(t + k * G) * VEC);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (t + k * G < body) {  // h = x + residual rounded to T: the new residual stream, and what is normalised
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) reg[k].v[i] = from_float<T>(to_float(reg[k].v[i]) + to_float(rv[k].v[i]));
-        reg[k].store(hout + off + (i64)(t + k * G) * VEC);
+      if (t + k * G < body) {
+        if (w) wsm[k * G + threadIdx.x] = P::load(w + (t + k * G) * VEC);
+        if (b) bsm[k * G + threadIdx.x] = P::load(b + (t + k * G) * VEC);
       }
   }
 
   // values of block r's share of the row (0 for a block past its end)
   auto share_count = [&](int r) { return (float)(max(0, min(share, body - r * share)) * VEC); };
-
-  // ---- this block's share, reduced with shuffles in each warp and then by warp 0 over the warps' states (one
-  // block barrier: two block-wide sums, four barriers, ran plain LayerNorm at 0.72-0.78 of copy at float32 16K-32K
-  // against 0.92-0.93 for RMSNorm, logs/norm_sweep_f07348f.json). LayerNorm: each warp's (count, sum), its mean,
-  // then its M2 about that mean (the exact two-pass formula on the warp's values), warps merged by Chan's
-  // formula; RMSNorm: the sum of squares.
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = G >> 5;  // G a multiple of 32, <= 256
   __shared__ float wst[3][8];  // per warp: count, mean, M2 (RMSNorm: -, sum of squares, -)
   // the same bits in every lane (the butterfly adds the same pairs, commutatively)
   auto warp_sum = [](float v) { return warp_allreduce<32>(Sum1{v}, Sum1Op()).a; };
-  auto sq_dev = [&](float m) {  // this thread's sum of (h - m)^2 (m = 0: RMSNorm's sum of squares)
-    float q = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (t + k * G < body) {
-        const V a = opaque(reg[k]);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; q = fmaf(d, d, q); }
-      }
-    return q;
-  };
-  if (KIND == LAYER) {
-    float s = 0.f, c = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (t + k * G < body) {
-        const V a = opaque(reg[k]);
-        c += (float)VEC;
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) s += to_float(a.v[i]);
-      }
-    c = warp_sum(c);
-    s = warp_sum(s);
-    const float m = c > 0.f ? s / c : 0.f;
-    const float q = warp_sum(sq_dev(m));
-    if (lane == 0) { wst[0][wid] = c; wst[1][wid] = m; wst[2][wid] = q; }
-  } else {
-    const float q = warp_sum(sq_dev(0.f));
-    if (lane == 0) wst[1][wid] = q;
-  }
-  __syncthreads();
 
-  // ---- warp 0: the block's state (LayerNorm: mean, M2 about it; RMSNorm: sum of squares, 0) to slot `rank` of
-  // every block's xch (lane 0 its own, then its arrival; lane q to block q by st.async)
-  cluster_wait();  // every block's mbarrier is initialised
-  const unsigned mb = smem_u32(&mbar);
-  if (wid == 0) {
-    float2 mine;
-    if (KIND == LAYER) {  // Chan's merge is not symmetric: lanes may differ in the last bit, lane 0's is sent
-      Welford st = lane < nw ? Welford{wst[0][lane], wst[1][lane], wst[2][lane]} : Welford::identity();
-      st = warp_allreduce<32>(st, WelfordOp());
-      mine = make_float2(__shfl_sync(0xffffffffu, st.mean, 0), __shfl_sync(0xffffffffu, st.m2, 0));
+  // ---- one row; `it` counts this cluster's rows (buffer it % NB, mbarrier phase parity (it / NB) % 2)
+  auto do_row = [&](const i64 row, const int it) {
+    const i64 off = row * (i64)hidden;
+    V reg[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) reg[k] = V::load(x + off + (i64)(t + k * G) * VEC);
+    if (RES) {
+      V rv[VPT];
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (t + k * G < body) rv[k] = V::load(res + off + (i64)(t + k * G) * VEC);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (t + k * G < body) {  // h = x + residual rounded to T: the new residual stream, and what is normalised
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) reg[k].v[i] = from_float<T>(to_float(reg[k].v[i]) + to_float(rv[k].v[i]));
+          reg[k].store(hout + off + (i64)(t + k * G) * VEC);
+        }
+    }
+
+    // ---- this block's share, reduced with shuffles in each warp and then by warp 0 over the warps' states (one
+    // block barrier: two block-wide sums, four barriers, ran plain LayerNorm at 0.72-0.78 of copy at float32
+    // 16K-32K against 0.92-0.93 for RMSNorm, logs/norm_sweep_f07348f.json). LayerNorm: each warp's (count, sum),
+    // its mean, then its M2 about that mean (the exact two-pass formula on the warp's values), warps merged by
+    // Chan's formula; RMSNorm: the sum of squares.
+    auto sq_dev = [&](float m) {  // this thread's sum of (h - m)^2 (m = 0: RMSNorm's sum of squares)
+      float q = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (t + k * G < body) {
+          const V a = opaque(reg[k]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; q = fmaf(d, d, q); }
+        }
+      return q;
+    };
+    if (KIND == LAYER) {
+      float s = 0.f, c = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (t + k * G < body) {
+          const V a = opaque(reg[k]);
+          c += (float)VEC;
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) s += to_float(a.v[i]);
+        }
+      c = warp_sum(c);
+      s = warp_sum(s);
+      const float m = c > 0.f ? s / c : 0.f;
+      const float q = warp_sum(sq_dev(m));
+      if (lane == 0) { wst[0][wid] = c; wst[1][wid] = m; wst[2][wid] = q; }
     } else {
-      mine = make_float2(warp_sum(lane < nw ? wst[1][lane] : 0.f), 0.f);
+      const float q = warp_sum(sq_dev(0.f));
+      if (lane == 0) wst[1][wid] = q;
     }
-    cluster_send_f2<CL>(mine, xch, rank, mb);
-  }
-  mbar_wait_cluster(mb, 0);
-  float mu = 0.f, rstd;
-  if (KIND == LAYER) {  // Chan et al. over the CL blocks: mean = sum n_r mean_r / n, M2 = sum M2_r + n_r d_r^2
-    float s = 0.f;
-#pragma unroll
-    for (int r = 0; r < CL; ++r) s = fmaf(share_count(r), xch[r].x, s);
-    mu = s / (float)hidden;
-    float m2 = 0.f;
-#pragma unroll
-    for (int r = 0; r < CL; ++r) {
-      const float d = xch[r].x - mu;
-      m2 += xch[r].y + share_count(r) * d * d;  // an empty block: mean 0, M2 0, count 0
-    }
-    rstd = rsqrtf(m2 / (float)hidden + eps);
-  } else {
-    float q = 0.f;
-#pragma unroll
-    for (int r = 0; r < CL; ++r) q += xch[r].x;
-    rstd = rsqrtf(q / (float)hidden + eps);
-  }
-  if (rank == 0 && threadIdx.x == 0) {
-    if (mean_out) mean_out[row] = mu;
-    if (rstd_out) rstd_out[row] = rstd;
-  }
+    __syncthreads();
 
-  // ---- y = (h - mu) * rstd * w + b, weights read per use (L1/L2: every row reads the same ones)
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = t + k * G;
-    if (v < body) {
-      float wv[VEC], bv[VEC];
-      if (w) unpack<W, VEC>(P::load(w + v * VEC), wv);
-      if (b) unpack<W, VEC>(P::load(b + v * VEC), bv);
-      V o;
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float r = (to_float(reg[k].v[i]) - mu) * rstd;
-        o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+    // ---- warp 0: the block's state (LayerNorm: mean, M2 about it; RMSNorm: sum of squares, 0) to slot `rank`
+    // of every block's xch (lane 0 its own, then its arrival; lane q to block q by st.async)
+    if (it == 0) cluster_wait();  // every block's mbarriers are initialised
+    const int q = HOLD ? it & 1 : 0;
+    const unsigned mb = smem_u32(&mbar[q]);
+    float2* xb = xch[q];
+    if (wid == 0) {
+      float2 mine;
+      if (KIND == LAYER) {  // Chan's merge is not symmetric: lanes may differ in the last bit, lane 0's is sent
+        Welford st = lane < nw ? Welford{wst[0][lane], wst[1][lane], wst[2][lane]} : Welford::identity();
+        st = warp_allreduce<32>(st, WelfordOp());
+        mine = make_float2(__shfl_sync(0xffffffffu, st.mean, 0), __shfl_sync(0xffffffffu, st.m2, 0));
+      } else {
+        mine = make_float2(warp_sum(lane < nw ? wst[1][lane] : 0.f), 0.f);
       }
-      o.store(y + off + (i64)v * VEC);
+      cluster_send_f2<CL>(mine, xb, rank, mb);
     }
+    mbar_wait_cluster(mb, HOLD ? (it >> 1) & 1 : 0);
+    float mu = 0.f, rstd;
+    if (KIND == LAYER) {  // Chan et al. over the CL blocks: mean = sum n_r mean_r / n, M2 = sum M2_r + n_r d_r^2
+      float s = 0.f;
+#pragma unroll
+      for (int r = 0; r < CL; ++r) s = fmaf(share_count(r), xb[r].x, s);
+      mu = s / (float)hidden;
+      float m2 = 0.f;
+#pragma unroll
+      for (int r = 0; r < CL; ++r) {
+        const float d = xb[r].x - mu;
+        m2 += xb[r].y + share_count(r) * d * d;  // an empty block: mean 0, M2 0, count 0
+      }
+      rstd = rsqrtf(m2 / (float)hidden + eps);
+    } else {
+      float qs = 0.f;
+#pragma unroll
+      for (int r = 0; r < CL; ++r) qs += xb[r].x;
+      rstd = rsqrtf(qs / (float)hidden + eps);
+    }
+    if (rank == 0 && threadIdx.x == 0) {
+      if (mean_out) mean_out[row] = mu;
+      if (rstd_out) rstd_out[row] = rstd;
+    }
+
+    // ---- y = (h - mu) * rstd * w + b; weights from shared memory (HOLD) or read per use (L1/L2)
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = t + k * G;
+      if (v < body) {
+        float wv[VEC], bv[VEC];
+        if (w) unpack<W, VEC>(HOLD ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
+        if (b) unpack<W, VEC>(HOLD ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
+        V o;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float r = (to_float(reg[k].v[i]) - mu) * rstd;
+          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+        }
+        o.store(y + off + (i64)v * VEC);
+      }
+    }
+  };
+
+  if constexpr (!HOLD) {
+    do_row(blockIdx.x / CL, 0);
+  } else {
+    int it = 0;
+    for (i64 row = blockIdx.x / CL; row < rows; row += gridDim.x / CL) do_row(row, it++);
+    if (it == 0) cluster_wait();  // a cluster without rows still completes the start barrier (rows < clusters)
   }
 }
 #endif

@@ -53,6 +53,9 @@ FWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: forward rows of whol
                                # vectors (four a thread, in registers); () turns the path off
 FWD_CLUSTER_MIN_VECS = 2048    # rows of at least this many vectors (float32 8K, 16-bit 16K)
 FWD_CLUSTER_MAX_THREADS = 256  # threads per block of norm_fwd_cluster (its launch bounds' limit)
+FWD_CLUSTER_HOLD = False  # norm_fwd_cluster persistent (as many clusters as fit, rows cluster-stride), each
+                          # thread's weight/bias vectors kept in shared memory instead of re-read per row from L2
+                          # (study setting, wip/fwd-cluster-hold: not yet run on a GPU)
 FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluster path too. Off: it ran slower there
                                  # than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy against
                                  # 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83; logs/norm_sweep_3a64b22.json
@@ -158,9 +161,9 @@ def _stream_name(dt, wdt, kind, res=False, warp=False):
             f"{b(warp)}>")
 
 
-def _fwd_cluster_name(dt, wdt, kind, res, c):
+def _fwd_cluster_name(dt, wdt, kind, res, c, hold=False):
     return (f"cuflash::norm_fwd_cluster<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, "
-            f"{'true' if res else 'false'}, {c}>")
+            f"{'true' if res else 'false'}, {c}{', true' if hold else ''}>")
 
 
 def _bwd_name(dt, wdt, kind):
@@ -204,6 +207,9 @@ def _declare():
     _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, res, c) for dt in _TYPES for wdt in _wtypes(dt)
                             for kind in (LAYER, RMS) for res in (False, True) for c in (2, 4, 8)],
                      extra_options=_SM90_OPTIONS)
+    # the study setting FWD_CLUSTER_HOLD, without residual only (with it the persistent form spills)
+    _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, False, c, True) for dt in _TYPES for wdt in _wtypes(dt)
+                            for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS, release=False)
     for lag in (True, False):  # the release setting and the study one
         _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c, lag) for dt in _TYPES for wdt in _wtypes(dt)
                                 for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
@@ -290,7 +296,7 @@ FwdPlan = namedtuple("FwdPlan", "stream kern G rpb nchunks smem_chunks smem cap 
 FwdPlan.__doc__ = """How the forward runs for one row length: streamed (norm_fwd_stream) or registers (norm_fwd);
 G threads per row, rows per block, chunks per thread (register kernel), shared-memory chunks, dynamic shared
 bytes, grid cap, vectors per thread (streamed kernel); ``cluster`` > 0: norm_fwd_cluster, a row over that many
-blocks of G threads (one row per cluster, no grid cap)."""
+blocks of G threads (one row per cluster when the cap is 0, else persistent clusters up to ``cap`` blocks)."""
 
 
 def _cluster_split(body, sizes, per_block):
@@ -350,14 +356,19 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
-           FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER)
+           FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
         if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER):
             c, G = geo
-            kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c), _SM90_OPTIONS)
-            cfg = _FWD_CFG[key] = FwdPlan(False, kern, G, 1, 4, 0, 0, 0, 4, c)
+            hold = FWD_CLUSTER_HOLD and not res
+            kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold), _SM90_OPTIONS)
+            cap = smem = 0  # one row per cluster; FWD_CLUSTER_HOLD: as many clusters as the device holds at once,
+            if hold:  # each thread's weight and bias vectors in shared memory
+                smem = 4 * G * 16 * wdt.itemsize // dt.itemsize * (2 if kind == LAYER else 1)
+                cap = c * (_compile.max_active_clusters(kern, c, G, smem) or _compile.sm_count(dev) // (2 * c))
+            cfg = _FWD_CFG[key] = FwdPlan(False, kern, G, 1, 4, 0, smem, cap, 4, c)
             return cfg
         budget = _compile.max_shared_optin(dev) - 1024  # static shared memory of the reductions
         cfg = _stream_plan(kind, dt, wdt, hidden, res, dev, budget)
@@ -428,7 +439,10 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
         pl = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev)
         # the cluster kernel: one row per cluster (rows * C < 2**31 blocks: rows of >= 4096 vectors that many
         # would not fit in memory)
-        grid = rows * pl.cluster if pl.cluster else min(math.ceil(rows / pl.rpb), pl.cap)
+        if pl.cluster:
+            grid = pl.cluster * (min(rows, pl.cap // pl.cluster) if pl.cap else rows)
+        else:
+            grid = min(math.ceil(rows / pl.rpb), pl.cap)
         tail = (() if pl.cluster else (np.int32(pl.nvr),) if pl.stream
                 else (np.int32(pl.nchunks), np.int32(pl.smem_chunks)))
         _compile.launch(pl.kern, (grid,), (pl.G * pl.rpb,),

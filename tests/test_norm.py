@@ -234,6 +234,8 @@ def test_every_kernel_is_declared():
                         assert norm._fwd_name(dt, wdt, kind, res, warp, True, True) in names
                     for c in (2, 4, 8):
                         assert norm._fwd_cluster_name(dt, wdt, kind, res, c) in names
+                        if not res:  # the study setting FWD_CLUSTER_HOLD (rows without residual)
+                            assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 2) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 4) in names
@@ -352,6 +354,38 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                         assert c * 4 * (G - 32) < body  # G just enough
                         assert c == 2 or math.ceil(body / (c // 2)) > cap  # the smallest size that covers
     assert hit > 0
+
+
+def test_forward_cluster_hold_plans(monkeypatch):
+    """FWD_CLUSTER_HOLD (study setting): rows without residual take the persistent cluster kernel, with shared
+    memory for each thread's weight (and LayerNorm's bias) vectors and a grid cap of whole clusters; rows with a
+    residual keep the one-row-per-cluster kernel. Plans only (no device)."""
+    from cuflash import _compile
+
+    declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
+    asked = []
+    monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): asked.append(name) or name)
+    monkeypatch.setattr(_compile, "max_active_clusters", lambda kern, c, block, smem: 120 // c)
+    monkeypatch.setattr(_compile, "compute_capability", lambda dev: 90)
+    monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(_compile, "max_shared_optin", lambda dev: 227 * 1024)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", True)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)
+    for dt in DTYPES:
+        for wdt in norm._wtypes(dt):
+            for kind in (norm.LAYER, norm.RMS):
+                for res in (False, True):
+                    monkeypatch.setattr(norm, "_FWD_CFG", {})
+                    hidden = 8192 * (16 // np.dtype(dt).itemsize)
+                    plan = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
+                    assert plan.cluster == 8 and asked[-1] in declared
+                    assert asked[-1].endswith(", true>") == (not res)
+                    if res:
+                        assert plan.cap == 0 and plan.smem == 0
+                    else:
+                        assert plan.cap == 8 * (120 // 8)
+                        per = 4 * plan.G * 16 * np.dtype(wdt).itemsize // np.dtype(dt).itemsize
+                        assert plan.smem == per * (2 if kind == norm.LAYER else 1)
 
 
 
@@ -586,9 +620,10 @@ def test_handed_cases(cp, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "no-cluster"])
+@pytest.mark.parametrize("cluster", [True, "hold", False], ids=["cluster", "cluster-hold", "no-cluster"])
 def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
-    """The cluster forward (norm_fwd_cluster, compute capability 9.0) at the edges of its plan: rows of 4096
+    """The cluster forward (norm_fwd_cluster, compute capability 9.0; ``cluster-hold``: its persistent form with
+    the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters) at the edges of its plan: rows of 4096
     vectors (4 blocks of 256 threads), 4097 (8 blocks of 160 threads, the last owning nothing), 8192 (8 of 256),
     8193 (not taken); and with the threshold lowered, 1100 vectors (2 blocks of 160, the second partly empty) and
     2048 (2 of 256); 1, 7 and 301 rows. ``no-cluster``: the same rows on the other forward paths (streamed,
@@ -598,9 +633,11 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
     monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)  # the kernel's LayerNorm without residual too
+    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", cluster == "hold")
     vec = 16 // np.dtype(dt).itemsize
     for body in (1100, 2048, 4096, 4097, 8192, 8193):
-        for rows in (1, 7) if body > 2048 else (1, 301):
+        # hold: more rows than the persistent grid has clusters (each cluster takes several, both buffers)
+        for rows in (1, 7, 1237) if cluster == "hold" and body <= 4096 else (1, 7) if body > 2048 else (1, 301):
             for variant in (0, 1, 2, 3):
                 _run_forward(cp, rng, kind, dt, rows, body * vec, variant)
     if cluster:
