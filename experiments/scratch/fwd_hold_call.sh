@@ -19,11 +19,7 @@ CUFLASH_WARM_CACHE=0 CUFLASH_GPU_RECORD=experiments/results/h200_norm_tests.json
 tar czf "$OUT/r.tgz" experiments/results plots
 timeout 150 python experiments/norm_sweep.py 2>&1 | grep -v "it/s" | tail -1
 tar czf "$OUT/r.tgz" experiments/results plots
-ab() {  # name, python statement on cuflash.norm (module n), norm_sweep arguments
-  timeout 90 python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.norm as n; $2
-sys.argv = ['norm_sweep.py', '--no-torch', '--name', '$1'] + '$3'.split()
-runpy.run_path('experiments/norm_sweep.py', run_name='__main__')" 2>&1 | grep -v "it/s" | tail -1
-}
+source experiments/scratch/ab.sh
 cp plots/norm_bandwidth.png /tmp/nb.png
 ab norm_sweep_hold "n.FWD_CLUSTER_HOLD = n.FWD_CLUSTER_PLAIN_LAYER = True" "--ops fwd --hiddens 8192,16384,32768"
 ab norm_sweep_nocluster "n.FWD_CLUSTER_SIZES = ()" "--ops fwd --hiddens 8192,16384,32768"
