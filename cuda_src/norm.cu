@@ -447,7 +447,9 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
   // values of block r's share of the row (0 for a block past its end)
   auto share_count = [&](int r) { return (float)(max(0, min(share, body - r * share)) * VEC); };
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = G >> 5;  // G a multiple of 32, <= 256
-  __shared__ float wst[3][8];  // per warp: count, mean, M2 (RMSNorm: -, sum of squares, -)
+  // per warp: count, mean, M2 (RMSNorm: -, sum of squares, -). HOLD: the warps write it for the next row only
+  // after their mbarrier wait, which completes after warp 0's arrival, which follows warp 0's reads of it
+  __shared__ float wst[3][8];
   // the same bits in every lane (the butterfly adds the same pairs, commutatively)
   auto warp_sum = [](float v) { return warp_allreduce<32>(Sum1{v}, Sum1Op()).a; };
 

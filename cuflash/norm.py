@@ -54,12 +54,17 @@ FWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: forward rows of whol
 FWD_CLUSTER_MIN_VECS = 2048    # rows of at least this many vectors (float32 8K, 16-bit 16K)
 FWD_CLUSTER_MAX_THREADS = 256  # threads per block of norm_fwd_cluster (its launch bounds' limit)
 FWD_CLUSTER_HOLD = False  # norm_fwd_cluster persistent (as many clusters as fit, rows cluster-stride), each
-                          # thread's weight/bias vectors kept in shared memory instead of re-read per row from L2
-                          # (study setting, wip/fwd-cluster-hold: not yet run on a GPU)
-FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluster path too. Off: it ran slower there
-                                 # than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy against
-                                 # 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83; logs/norm_sweep_3a64b22.json
-                                 # and norm_sweep_nocluster_3a64b22.json), where RMSNorm and fused LayerNorm gain
+                          # thread's weight/bias vectors kept in shared memory instead of re-read per row from L2,
+                          # for every row without residual (study setting: RMSNorm lost with it, float32 8K-32K
+                          # 0.87-0.89 of copy against 0.92-0.95; logs/norm_sweep_hold_d562161.json)
+FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluster path at every length. Off: it ran
+                                 # slower there than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy
+                                 # against 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83;
+                                 # logs/norm_sweep_3a64b22.json, norm_sweep_nocluster_3a64b22.json) ...
+FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except rows of at least this many bytes, which take it in the held
+                                           # form (FWD_CLUSTER_HOLD's): float32 32K 0.72 -> 0.84 of copy, where
+                                           # float32 8K / 16K (0.87 against 0.90 / 0.88) and bf16 8K-32K lost
+                                           # (logs/norm_sweep_hold_d562161.json); None: never
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
@@ -207,9 +212,12 @@ def _declare():
     _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, res, c) for dt in _TYPES for wdt in _wtypes(dt)
                             for kind in (LAYER, RMS) for res in (False, True) for c in (2, 4, 8)],
                      extra_options=_SM90_OPTIONS)
-    # the study setting FWD_CLUSTER_HOLD, without residual only (with it the persistent form spills)
-    _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, False, c, True) for dt in _TYPES for wdt in _wtypes(dt)
-                            for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS, release=False)
+    # the held form, without residual only (with it the persistent form spills): LayerNorm's long rows
+    # (FWD_CLUSTER_PLAIN_LAYER_BYTES), RMSNorm's the study setting FWD_CLUSTER_HOLD
+    for kind in (LAYER, RMS):
+        _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, False, c, True) for dt in _TYPES
+                                for wdt in _wtypes(dt) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
+                         release=kind == LAYER)
     for lag in (True, False):  # the release setting and the study one
         _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c, lag) for dt in _TYPES for wdt in _wtypes(dt)
                                 for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
@@ -347,6 +355,13 @@ def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
     return FwdPlan(True, kern, G, rpb, 0, 0, smem, cap, nvr)
 
 
+def _plain_layer_held(kind, dt, hidden, res):
+    """Whether a LayerNorm row without residual is long enough (FWD_CLUSTER_PLAIN_LAYER_BYTES) for the held
+    cluster forward."""
+    return (kind == LAYER and not res and FWD_CLUSTER_PLAIN_LAYER_BYTES is not None
+            and hidden * dt.itemsize >= FWD_CLUSTER_PLAIN_LAYER_BYTES)
+
+
 def _fwd_config(kind, dt, wdt, hidden, res, dev):
     """The :data:`FwdPlan` of one row length (cached).
 
@@ -356,13 +371,14 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
-           FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD)
+           FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
-        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER):
+        plain_held = _plain_layer_held(kind, dt, hidden, res)
+        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held):
             c, G = geo
-            hold = FWD_CLUSTER_HOLD and not res
+            hold = (FWD_CLUSTER_HOLD or plain_held) and not res
             kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold), _SM90_OPTIONS)
             cap = smem = 0  # one row per cluster; FWD_CLUSTER_HOLD: as many clusters as the device holds at once,
             if hold:  # each thread's weight and bias vectors in shared memory
@@ -437,8 +453,8 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
         bias = _aligned(bias, a) if bias is not None else None
         dev = x.device.id
         pl = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev)
-        # the cluster kernel: one row per cluster (rows * C < 2**31 blocks: rows of >= 4096 vectors that many
-        # would not fit in memory)
+        # the cluster kernel: one row per cluster, or (FWD_CLUSTER_HOLD) at most cap / C clusters taking rows
+        # cluster-stride (rows * C < 2**31 blocks: rows of >= 2048 vectors that many would not fit in memory)
         if pl.cluster:
             grid = pl.cluster * (min(rows, pl.cap // pl.cluster) if pl.cap else rows)
         else:

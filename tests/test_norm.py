@@ -328,6 +328,7 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
     monkeypatch.setattr(_compile, "max_shared_optin", lambda dev: 227 * 1024)
     monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
     monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
+    monkeypatch.setattr(_compile, "max_active_clusters", lambda kern, c, block, smem: 120 // c)
     dt = np.dtype(np.float32) if itemsize == 4 else _dtypes.bfloat16
     vec, cap, lo = 16 // itemsize, 4 * norm.FWD_CLUSTER_MAX_THREADS, norm.FWD_CLUSTER_MIN_VECS
     bodies = (1, lo - 1, lo, lo + 1, 2 * cap, 2 * cap + 1, 4 * cap, 4 * cap + 1, 8 * cap - 1, 8 * cap, 8 * cap + 1)
@@ -340,15 +341,18 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                     for res in (False, True):
                         monkeypatch.setattr(norm, "_FWD_CFG", {})
                         plan = norm._fwd_config(kind, dt, dt, hidden, res, 0)
+                        held = (kind == norm.LAYER and not res
+                                and hidden * itemsize >= norm.FWD_CLUSTER_PLAIN_LAYER_BYTES)
                         expect = (cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
-                                  and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER))
+                                  and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER or held))
                         assert bool(plan.cluster) == expect, (cc, hidden, plan)
                         if not expect:
                             continue
                         hit += 1
                         c, G = plan.cluster, plan.G
                         name, extra = asked[-1]
-                        assert name == norm._fwd_cluster_name(dt, dt, kind, res, c) and name in declared
+                        assert name == norm._fwd_cluster_name(dt, dt, kind, res, c, held) and name in declared
+                        assert bool(plan.cap) == held  # held: persistent, a grid cap of whole clusters
                         assert extra == norm._SM90_OPTIONS
                         assert G % 32 == 0 and G <= norm.FWD_CLUSTER_MAX_THREADS and c * 4 * G >= body
                         assert c * 4 * (G - 32) < body  # G just enough
