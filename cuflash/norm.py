@@ -61,10 +61,11 @@ FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluste
                                  # slower there than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy
                                  # against 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83;
                                  # logs/norm_sweep_3a64b22.json, norm_sweep_nocluster_3a64b22.json) ...
-FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except rows of at least this many bytes, which take it in the held
-                                           # form (FWD_CLUSTER_HOLD's): float32 32K 0.72 -> 0.84 of copy, where
-                                           # float32 8K / 16K (0.87 against 0.90 / 0.88) and bf16 8K-32K lost
-                                           # (logs/norm_sweep_hold_d562161.json); None: never
+FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least this many bytes (32K), which take
+                                           # it in the held form (FWD_CLUSTER_HOLD's): 0.72 -> 0.84 of copy, where
+                                           # float32 8K / 16K (0.87 against 0.90 / 0.88), bf16 8K-32K
+                                           # (logs/norm_sweep_hold_d562161.json) and bf16 64K (0.644 against
+                                           # 0.656, logs/ln64k_{held,noheld}_b3a096c.json) lost; None: never
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
@@ -212,12 +213,13 @@ def _declare():
     _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, res, c) for dt in _TYPES for wdt in _wtypes(dt)
                             for kind in (LAYER, RMS) for res in (False, True) for c in (2, 4, 8)],
                      extra_options=_SM90_OPTIONS)
-    # the held form, without residual only (with it the persistent form spills): LayerNorm's long rows
-    # (FWD_CLUSTER_PLAIN_LAYER_BYTES), RMSNorm's the study setting FWD_CLUSTER_HOLD
-    for kind in (LAYER, RMS):
+    # the held form, without residual only (with it the persistent form spills): float32 LayerNorm's long rows
+    # (FWD_CLUSTER_PLAIN_LAYER_BYTES); the rest for the study setting FWD_CLUSTER_HOLD
+    for release in (True, False):
         _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, False, c, True) for dt in _TYPES
-                                for wdt in _wtypes(dt) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
-                         release=kind == LAYER)
+                                for wdt in _wtypes(dt) for kind in (LAYER, RMS) for c in (2, 4, 8)
+                                if release == (kind == LAYER and dt.itemsize == 4)],
+                         extra_options=_SM90_OPTIONS, release=release)
     for lag in (True, False):  # the release setting and the study one
         _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c, lag) for dt in _TYPES for wdt in _wtypes(dt)
                                 for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
@@ -356,9 +358,9 @@ def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
 
 
 def _plain_layer_held(kind, dt, hidden, res):
-    """Whether a LayerNorm row without residual is long enough (FWD_CLUSTER_PLAIN_LAYER_BYTES) for the held
-    cluster forward."""
-    return (kind == LAYER and not res and FWD_CLUSTER_PLAIN_LAYER_BYTES is not None
+    """Whether a float32 LayerNorm row without residual is long enough (FWD_CLUSTER_PLAIN_LAYER_BYTES) for the
+    held cluster forward."""
+    return (kind == LAYER and not res and dt.itemsize == 4 and FWD_CLUSTER_PLAIN_LAYER_BYTES is not None
             and hidden * dt.itemsize >= FWD_CLUSTER_PLAIN_LAYER_BYTES)
 
 

@@ -341,7 +341,7 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                     for res in (False, True):
                         monkeypatch.setattr(norm, "_FWD_CFG", {})
                         plan = norm._fwd_config(kind, dt, dt, hidden, res, 0)
-                        held = (kind == norm.LAYER and not res
+                        held = (kind == norm.LAYER and not res and itemsize == 4
                                 and hidden * itemsize >= norm.FWD_CLUSTER_PLAIN_LAYER_BYTES)
                         expect = (cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
                                   and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER or held))
