@@ -11,7 +11,8 @@ use Welford's running (count, mean, M2) merged across lanes, warps and blocks wi
 pairwise formula; RMSNorm accumulates x^2 in float32 (float16 x^2 overflows above |x| ~ 256). On compute
 capability 9.0, RMSNorm and fused LayerNorm rows of 2048 to 8192 whole 16-byte vectors are split over a
 thread-block cluster (``norm_fwd_cluster``): each block's share in registers, the blocks' states (LayerNorm: mean
-and M2 of the share, two-pass within each warp, Chan-merged) exchanged through distributed shared memory.
+and M2 of the share, two-pass within each warp, Chan-merged) exchanged through distributed shared memory; so are
+plain LayerNorm's float32 rows of 32K, on persistent clusters that hold each block's weight and bias in shared memory.
 
 - LayerNorm: Ba, Kiros & Hinton, "Layer Normalization" (2016): ``y = (h - mean) / sqrt(var + eps) * w + b``
   with the biased variance, as ``torch.nn.functional.layer_norm``.
@@ -367,6 +368,9 @@ def _plain_layer_held(kind, dt, hidden, res):
 def _fwd_config(kind, dt, wdt, hidden, res, dev):
     """The :data:`FwdPlan` of one row length (cached).
 
+    On compute capability 9.0, rows that :func:`_fwd_cluster_geometry` covers run ``norm_fwd_cluster`` when they
+    are RMSNorm or fused-residual rows, or float32 plain LayerNorm rows of ``FWD_CLUSTER_PLAIN_LAYER_BYTES`` (these
+    in the held, persistent form). Otherwise:
     Rows of whole 16-byte vectors that fit two stages in shared memory are streamed (``norm_fwd_stream``: a warp
     per row up to ``STREAM_WARP_MAX_VECS`` vectors, else a block). Others run ``norm_fwd`` with the row in
     registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block),
