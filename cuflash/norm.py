@@ -57,16 +57,19 @@ FWD_CLUSTER_MAX_THREADS = 256  # threads per block of norm_fwd_cluster (its laun
 FWD_CLUSTER_HOLD = False  # norm_fwd_cluster persistent (as many clusters as fit, rows cluster-stride), each
                           # thread's weight/bias vectors kept in shared memory instead of re-read per row from L2,
                           # for every row without residual (study setting: RMSNorm lost with it, float32 8K-32K
-                          # 0.87-0.89 of copy against 0.92-0.95; logs/norm_sweep_hold_d562161.json)
+                          # 0.87-0.89 of copy against 0.92-0.95; logs/norm_sweep_hold_d562161.json against
+                          # logs/norm_sweep_d562161.json)
 FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluster path at every length. Off: it ran
                                  # slower there than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy
                                  # against 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83;
                                  # logs/norm_sweep_3a64b22.json, norm_sweep_nocluster_3a64b22.json) ...
-FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least this many bytes (32K), which take
-                                           # it in the held form (FWD_CLUSTER_HOLD's): 0.72 -> 0.84 of copy, where
-                                           # float32 8K / 16K (0.87 against 0.90 / 0.88), bf16 8K-32K
-                                           # (logs/norm_sweep_hold_d562161.json) and bf16 64K (0.644 against
-                                           # 0.656, logs/ln64k_{held,noheld}_b3a096c.json) lost; None: never
+FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least this many bytes (32K: the cluster
+                                           # geometry's longest), which take it in the held form (FWD_CLUSTER_HOLD's):
+                                           # 0.72 -> 0.84 of copy. It did not gain on float32 8K / 16K (0.87 against
+                                           # 0.90 / 0.88), bf16 8K-32K (16K 0.75 against 0.80, the others even;
+                                           # logs/norm_sweep_hold_d562161.json against norm_sweep_d562161.json) or
+                                           # bf16 64K (0.644 against 0.656, logs/ln64k_{held,noheld}_b3a096c.json);
+                                           # None: never
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
