@@ -389,7 +389,7 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
             c, G = geo
             hold = (FWD_CLUSTER_HOLD or plain_held) and not res
             kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold), _SM90_OPTIONS)
-            cap = smem = 0  # one row per cluster; FWD_CLUSTER_HOLD: as many clusters as the device holds at once,
+            cap = smem = 0  # one row per cluster; held: as many clusters as the device holds at once,
             if hold:  # each thread's weight and bias vectors in shared memory
                 smem = 4 * G * 16 * wdt.itemsize // dt.itemsize * (2 if kind == LAYER else 1)
                 cap = c * (_compile.max_active_clusters(kern, c, G, smem) or _compile.sm_count(dev) // (2 * c))
@@ -462,7 +462,7 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
         bias = _aligned(bias, a) if bias is not None else None
         dev = x.device.id
         pl = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev)
-        # the cluster kernel: one row per cluster, or (FWD_CLUSTER_HOLD) at most cap / C clusters taking rows
+        # the cluster kernel: one row per cluster, or (the held form) at most cap / C clusters taking rows
         # cluster-stride (rows * C < 2**31 blocks: rows of >= 2048 vectors that many would not fit in memory)
         if pl.cluster:
             grid = pl.cluster * (min(rows, pl.cap // pl.cluster) if pl.cap else rows)
