@@ -60,16 +60,17 @@ def _smem_limit() -> int:
 def fa1_tiles(p, block_sizes=None) -> tuple[int, int]:
     """(Br, Bc) for ``p``: ``block_sizes`` checked against :data:`FA1_TILES` and the device's shared memory, else
     the largest default that fits. ValueError (ConfigurationError) names the configuration otherwise."""
-    limit = _smem_limit()
     d = p.head_dim
+    if block_sizes is not None:  # the format and the instantiated set first: no device query for a bad pair
+        br, bc = parse_block_sizes(block_sizes)
+        if (br, bc) not in FA1_TILES:
+            raise ValueError(f"fa1 block_sizes (Br={br}, Bc={bc}) is not instantiated; available: {FA1_TILES}")
+    limit = _smem_limit()
     if block_sizes is None:
         for br, bc in FA1_DEFAULTS:
             if fa1_smem_bytes(d, br, bc) <= limit:
                 return br, bc
         raise _compile.ConfigurationError(f"fa1: no tile size fits head_dim {d} in {limit} bytes of shared memory")
-    br, bc = parse_block_sizes(block_sizes)
-    if (br, bc) not in FA1_TILES:
-        raise ValueError(f"fa1 block_sizes (Br={br}, Bc={bc}) is not instantiated; available: {FA1_TILES}")
     need = fa1_smem_bytes(d, br, bc)
     if need > limit:
         raise _compile.ConfigurationError(

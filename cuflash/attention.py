@@ -200,7 +200,8 @@ def choose_tiles(p, block_sizes=None) -> tuple[int, int, int]:
     match = [c for c in avail if c[:len(bs)] == bs]
     if not match:
         what = f"Br={bs[0]}, Bc={bs[1]}" + (f", warps={bs[2]}" if len(bs) == 3 else "")
-        raise ValueError(f"block_sizes ({what}) is not an instantiated configuration for head_dim {d}, "
+        hd = f"head_dim {d}" if d == p.head_dim else f"head_dim {p.head_dim} (padded to {d})"
+        raise ValueError(f"block_sizes ({what}) is not an instantiated configuration for {hd}, "
                          f"{p.dtype}; available (Br, Bc, warps): {avail}")
     return default if default in match else max(match, key=lambda c: c[2])
 

@@ -284,7 +284,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         br, bc_req = parse_block_sizes(block_sizes)
         avail = [(BM, DEFAULT_BC[d])] + [(BM, c) for c in EXTRA_BC.get(d, ())]
         if (br, bc_req) not in avail:
-            raise ValueError(f"block_sizes {block_sizes!r} is not instantiated for head_dim {d}, {dt}; "
+            hd = f"head_dim {d}" if d == D else f"head_dim {D} (padded to {d})"
+            raise ValueError(f"block_sizes {block_sizes!r} is not instantiated for {hd}, {dt}; "
                              f"available: {avail}")
         if not f32:
             bc = bc_req

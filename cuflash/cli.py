@@ -1,9 +1,12 @@
 """The ``cuflash`` console command: the experiments and the report from one entry point.
 
+usage: cuflash {sweep,report,run,info,help} [args]   (cuflash --version: the package version)
+
     cuflash sweep  [args]   attention tile sweep (experiments/tile_sweep.py): the main job
     cuflash report [args]   Markdown report from experiments/results (experiments/report.py)
     cuflash run NAME [args] any experiment script experiments/NAME.py (``cuflash run`` lists them)
     cuflash info            GPU, CuPy, NVRTC and the compile cache key
+    cuflash help            this text (each command takes --help)
 
 The experiment scripts live in the checkout's ``experiments/`` folder (an editable install, as README
 does it); they use the public API only.
@@ -67,11 +70,20 @@ def info() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"cuflash {__version__}")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "info":
+        if rest:  # --help or anything else: say what it does instead of running it
+            print("usage: cuflash info\n\nPrints the GPU, driver, CuPy, NVRTC, the CUDA headers and the cuda_src "
+                  "hash (the compile cache key).", file=sys.stdout if rest[0] in ("-h", "--help") else sys.stderr)
+            return 0 if rest[0] in ("-h", "--help") else 2
         return info()
     if cmd == "run":
         if not rest or rest[0] in ("-h", "--help", "--list"):

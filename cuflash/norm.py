@@ -31,7 +31,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import as_cupy, as_float, as_int
+from ._attn_common import as_bool, as_cupy, as_float, as_int
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]
 
@@ -257,14 +257,14 @@ def _aligned(a, align=16):
     return a
 
 
-def _normalized_shape(normalized_shape):
+def _normalized_shape(normalized_shape, fn):
     """``normalized_shape`` as a tuple of ints: an int or a sequence of ints (a string, float or bool raises
-    TypeError, as torch)."""
+    TypeError, as torch); ``fn`` names the caller in the message."""
     if isinstance(normalized_shape, (int, np.integer, bool, np.bool_)):
-        return (as_int(normalized_shape, "normalized_shape"),)
+        return (as_int(normalized_shape, f"{fn}: normalized_shape"),)
     if isinstance(normalized_shape, (str, bytes)) or not hasattr(normalized_shape, "__iter__"):
-        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
-    return tuple(as_int(s, "normalized_shape entry") for s in normalized_shape)
+        raise TypeError(f"{fn}: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
+    return tuple(as_int(s, f"{fn}: normalized_shape entry") for s in normalized_shape)
 
 
 def _check_param(p, name, nshape, dt, fn):
@@ -423,7 +423,8 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
     cp = _cupy()
     x = _as_device(x, f"{fn}: x")
     dt = _dtypes.check_dtype(x.dtype, _TYPES, f"{fn}: x")
-    nshape = _normalized_shape(normalized_shape)
+    nshape = _normalized_shape(normalized_shape, fn)
+    return_stats = as_bool(return_stats, f"{fn}: return_stats")
     nd = len(nshape)
     if nd == 0 or nd > x.ndim or tuple(x.shape[x.ndim - nd:]) != nshape:
         raise ValueError(f"{fn}: normalized_shape {nshape} must be the trailing dims of x.shape {tuple(x.shape)}")
@@ -513,7 +514,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, residua
             float32/float16/bfloat16; ``normalized_shape`` neither an int nor iterable (e.g. None); weight/bias
             dtype other than float32 or ``x.dtype``, or weight and bias of different dtypes; a residual of
             another dtype than ``x``; ``normalized_shape`` entries or an ``eps`` that are not ints / real numbers
-            (strings, floats in the shape, bools).
+            (strings, floats in the shape, bools); ``return_stats`` not a bool.
         ValueError: ``normalized_shape`` not the trailing dims of ``x``, empty, with no elements or with 2**31
             or more; weight/bias/residual shape mismatch; eps negative, NaN, infinite or beyond float32. All before
             any launch.

@@ -66,15 +66,20 @@ def model_bytes(batch, heads, seqlen, head_dim, Br, Bc, dtype, causal):
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--seqlen", type=int, default=4096)
-    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    from cuflash._attn_common import NATIVE_HEAD_DIMS
+
+    ap = argparse.ArgumentParser(prog="cuflash sweep", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--batch", type=int, default=4, help="batch size")
+    ap.add_argument("--heads", type=int, default=16, help="attention heads")
+    ap.add_argument("--seqlen", type=int, default=4096, help="seqlen_q = seqlen_k")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], choices=NATIVE_HEAD_DIMS,
+                    metavar="HEAD_DIM", help=f"head_dims to sweep, each of {NATIVE_HEAD_DIMS}")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"],
+                    help="the swept tiles are instantiated for bfloat16; float16 times the default tile only")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--rep", type=int, default=30, help="timed repetitions (median reported, >= 20)")
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=5, help="untimed calls before the timed ones")
     ap.add_argument("--ncu", action="store_true", help="also measure DRAM bytes with Nsight Compute")
     ap.add_argument("--quick", action="store_true", help="smoke size: batch 1, heads 4, seqlen 1024, rep 20")
     ap.add_argument("--single", default=None, help=argparse.SUPPRESS)  # "d,Br,Bc,warps": one launch (ncu)
@@ -83,7 +88,7 @@ def parse_args(argv):
     ap.add_argument("--gpu", default="H200", help="GPU table entry for predicted times (H200, H100, A100)")
     ap.add_argument("--out", default=None, help="results folder (default experiments/results); plots go to "
                                                 "OUT/plots unless --plots")
-    ap.add_argument("--plots", default=None)
+    ap.add_argument("--plots", default=None, help="plots folder")
     add_replot_arg(ap, "attention_tile_sweep (with --predict: attention_tile_sweep_predicted)")
     a = ap.parse_args(argv)
     if a.quick:

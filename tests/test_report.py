@@ -336,6 +336,28 @@ def test_cli_run_lists_scripts(capsys):
     assert "no_such_script" in err and "tile_sweep" in err
 
 
+def test_cli_help_version_and_info_help(capsys):
+    from cuflash import __version__, cli
+
+    for args in ([], ["help"], ["--help"]):
+        assert cli.main(args) == 0
+        assert "usage: cuflash" in capsys.readouterr().out
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"cuflash {__version__}"
+    assert cli.main(["info", "--help"]) == 0  # says what it does, does not run it
+    assert "usage: cuflash info" in capsys.readouterr().out
+    assert cli.main(["info", "--bogus"]) == 2
+    assert cli.main(["bogus"]) == 2
+
+
+def test_cli_sweep_rejects_a_head_dim_without_tiles(tmp_path, capsys):
+    from cuflash import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["sweep", "--predict", "--head-dims", "80", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "invalid choice: 80" in capsys.readouterr().err
+
+
 def test_host_us_per_call_counts_calls_and_waits():
     """bench.host_us_per_call: warm-up calls, then the timed calls between two waits; a positive time per call."""
     from cuflash import bench

@@ -82,6 +82,28 @@ def test_norm_shape_must_be_ints(shape):
         cuflash.layer_norm(x, shape)
 
 
+def test_norm_errors_name_the_function_and_return_stats_is_a_bool():
+    x = free((8, 4))
+    for fn, name in ((cuflash.layer_norm, "layer_norm"), (cuflash.rms_norm, "rms_norm")):
+        with pytest.raises(TypeError, match=f"{name}: normalized_shape"):
+            fn(x, "4")
+        with pytest.raises(TypeError, match=f"{name}: normalized_shape entry"):
+            fn(x, (4.0,))
+        for bad in ("no", None, 2, 0.0):
+            with pytest.raises(TypeError, match=f"{name}: return_stats"):
+                fn(x, 4, return_stats=bad)
+
+
+def test_block_sizes_errors_name_the_padded_head_dim_and_fa1_checks_before_the_device():
+    q, k, v = qkv((1, 2, 64, 40))
+    with pytest.raises(ValueError, match=r"head_dim 40 \(padded to 64\)"):
+        cuflash.attention(q, k, v, schedule="fa2", block_sizes=(100, 64))
+    with pytest.raises(ValueError, match=r"head_dim 40 \(padded to 64\)"):
+        cuflash.attention_backward(q, q, k, v, q, free((1, 2, 64)), block_sizes=(64, 32))
+    with pytest.raises(ValueError, match="fa1 block_sizes"):  # before the shared-memory query (no GPU here)
+        cuflash.attention(q, k, v, schedule="fa1", block_sizes=(100, 64))
+
+
 @pytest.mark.parametrize("eps, err", [("1e-5", TypeError), (True, TypeError), ([1e-5], TypeError),
                                       (1e39, ValueError), (-1e-5, ValueError), (float("nan"), ValueError)])
 def test_norm_eps_checked_as_the_kernel_sees_it(eps, err):
