@@ -96,6 +96,11 @@ def as_bool(v, what: str) -> bool:
     raise TypeError(f"{what} must be a bool, got {v!r} ({type(v).__name__})")
 
 
+def head_dim_text(head_dim: int, padded: int) -> str:
+    """The head_dim an error message names: the caller's, and the padded one the kernels run when it differs."""
+    return f"head_dim {head_dim}" if padded == head_dim else f"head_dim {head_dim} (padded to {padded})"
+
+
 def parse_block_sizes(block_sizes, lengths=(2,)) -> tuple[int, ...]:
     """``block_sizes`` as a tuple of ints of one of ``lengths`` ((Br, Bc), or (Br, Bc, warps) where allowed);
     anything else (a string, floats, another length) raises ValueError naming it."""

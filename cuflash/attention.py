@@ -17,7 +17,8 @@ import math
 import numpy as np
 
 from . import _attention_sm90, _compile, _dtypes
-from ._attn_common import NATIVE_HEAD_DIMS, as_bool, last_axis_contiguous, pad_head_dim, parse_block_sizes, prepare
+from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, head_dim_text, last_axis_contiguous, pad_head_dim,
+                           parse_block_sizes, prepare)
 
 SOURCE = "attention_fwd.cu"
 SCHEDULES = ("auto", "fa2", "fa1", "standard", "wgmma")
@@ -200,9 +201,8 @@ def choose_tiles(p, block_sizes=None) -> tuple[int, int, int]:
     match = [c for c in avail if c[:len(bs)] == bs]
     if not match:
         what = f"Br={bs[0]}, Bc={bs[1]}" + (f", warps={bs[2]}" if len(bs) == 3 else "")
-        hd = f"head_dim {d}" if d == p.head_dim else f"head_dim {p.head_dim} (padded to {d})"
-        raise ValueError(f"block_sizes ({what}) is not an instantiated configuration for {hd}, "
-                         f"{p.dtype}; available (Br, Bc, warps): {avail}")
+        raise ValueError(f"block_sizes ({what}) is not an instantiated configuration for "
+                         f"{head_dim_text(p.head_dim, d)}, {p.dtype}; available (Br, Bc, warps): {avail}")
     return default if default in match else max(match, key=lambda c: c[2])
 
 

@@ -70,8 +70,8 @@ import math
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, as_cupy, last_axis_contiguous, pad_head_dim, parse_block_sizes,
-                           prepare)
+from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, as_cupy, head_dim_text, last_axis_contiguous, pad_head_dim,
+                           parse_block_sizes, prepare)
 
 SOURCE = "attention_bwd.cu"
 BM = 64           # Br: query rows per Q tile of the tensor-core kernels
@@ -284,8 +284,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         br, bc_req = parse_block_sizes(block_sizes)
         avail = [(BM, DEFAULT_BC[d])] + [(BM, c) for c in EXTRA_BC.get(d, ())]
         if (br, bc_req) not in avail:
-            hd = f"head_dim {d}" if d == D else f"head_dim {D} (padded to {d})"
-            raise ValueError(f"block_sizes {block_sizes!r} is not instantiated for {hd}, {dt}; "
+            raise ValueError(f"block_sizes {block_sizes!r} is not instantiated for {head_dim_text(D, d)}, {dt}; "
                              f"available: {avail}")
         if not f32:
             bc = bc_req

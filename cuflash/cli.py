@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "info":
         if rest:  # --help or anything else: say what it does instead of running it
+            asked = rest[0] in ("-h", "--help")
             print("usage: cuflash info\n\nPrints the GPU, driver, CuPy, NVRTC, the CUDA headers and the cuda_src "
-                  "hash (the compile cache key).", file=sys.stdout if rest[0] in ("-h", "--help") else sys.stderr)
-            return 0 if rest[0] in ("-h", "--help") else 2
+                  "hash (the compile cache key).", file=sys.stdout if asked else sys.stderr)
+            return 0 if asked else 2
         return info()
     if cmd == "run":
         if not rest or rest[0] in ("-h", "--help", "--list"):
