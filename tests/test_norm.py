@@ -236,6 +236,7 @@ def test_every_kernel_is_declared():
                         assert norm._fwd_cluster_name(dt, wdt, kind, res, c) in names
                         if not res:  # the study setting FWD_CLUSTER_HOLD (rows without residual)
                             assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True) in names
+                            assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True, True) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 2) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 4) in names
@@ -384,6 +385,12 @@ def test_forward_cluster_hold_plans(monkeypatch):
                     plan = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
                     assert plan.cluster == 8 and asked[-1] in declared
                     assert asked[-1].endswith(", true>") == (not res)
+                    if not res:  # FWD_CLUSTER_PREFETCH: the held form with the next row prefetched
+                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", True)
+                        pf = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
+                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", False)
+                        assert asked[-1].endswith(", true, true>") and asked[-1] in declared
+                        assert (pf.cluster, pf.G, pf.smem) == (plan.cluster, plan.G, plan.smem)
                     if res:
                         assert plan.cap == 0 and plan.smem == 0
                     else:
@@ -624,7 +631,8 @@ def test_handed_cases(cp, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("cluster", [True, "hold", False], ids=["cluster", "cluster-hold", "no-cluster"])
+@pytest.mark.parametrize("cluster", [True, "hold", "prefetch", False],
+                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch", "no-cluster"])
 def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     """The cluster forward (norm_fwd_cluster, compute capability 9.0; ``cluster-hold``: its persistent form with
     the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters) at the edges of its plan: rows of 4096
@@ -637,11 +645,13 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
     monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)  # the kernel's LayerNorm without residual too
-    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", cluster == "hold")
+    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", cluster in ("hold", "prefetch"))
+    monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", cluster == "prefetch")
     vec = 16 // np.dtype(dt).itemsize
     for body in (1100, 2048, 4096, 4097, 8192, 8193):
-        # hold: more rows than the persistent grid has clusters (each cluster takes several, both buffers)
-        for rows in (1, 7, 1237) if cluster == "hold" and body <= 4096 else (1, 7) if body > 2048 else (1, 301):
+        # held: more rows than the persistent grid has clusters (each cluster takes several, both buffers)
+        held = cluster in ("hold", "prefetch")
+        for rows in (1, 7, 1237) if held and body <= 4096 else (1, 7) if body > 2048 else (1, 301):
             for variant in (0, 1, 2, 3):
                 _run_forward(cp, rng, kind, dt, rows, body * vec, variant)
     if cluster:
