@@ -60,7 +60,8 @@ FWD_CLUSTER_HOLD = False  # norm_fwd_cluster persistent (as many clusters as fit
                           # 0.87-0.89 of copy against 0.92-0.95; logs/norm_sweep_hold_d562161.json against
                           # logs/norm_sweep_d562161.json)
 FWD_CLUSTER_PREFETCH = False  # the held form loads each block's share of its next row while this one is reduced
-                              # and written (a second register buffer; launch bounds 3 blocks an SM, not 4).
+                              # and written (a second register buffer; LayerNorm's launch bounds 2 blocks an SM
+                              # for it, RMSNorm's still 4).
                               # Study setting, wip/norm-hold-prefetch: not yet run on a GPU
 FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluster path at every length. Off: it ran
                                  # slower there than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy
@@ -175,6 +176,7 @@ def _stream_name(dt, wdt, kind, res=False, warp=False):
 
 
 def _fwd_cluster_name(dt, wdt, kind, res, c, hold=False, prefetch=False):
+    assert hold or not prefetch, "the prefetching kernel is the held one"
     tail = ", true, true" if prefetch else ", true" if hold else ""
     return (f"cuflash::norm_fwd_cluster<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, "
             f"{'true' if res else 'false'}, {c}{tail}>")
