@@ -410,11 +410,12 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // exchange buffers and mbarriers by row parity: a peer sends row i's state only after it has received this block's
 // state of row i - 1, which this block sends after its block barrier of that row, after every thread here has
 // read row i - 2's buffer and waited for its mbarrier phase, so the buffer and the phase row i uses are free.
-// PF (study, with HOLD and no residual): each thread's share of the next row is loaded into a second register
+// PF > 0 (study, with HOLD and no residual): each thread's share of the next row is loaded into a second register
 // buffer before this row's reduction, so a block keeps a row's loads in flight while it reduces, exchanges and
-// writes the current one (LayerNorm then needs 88-118 registers: two blocks an SM; RMSNorm fits 64, four).
-template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false, bool PF = false>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, PF && KIND == LAYER ? 2 : 4) norm_fwd_cluster(
+// writes the current one; PF is the launch bounds' blocks per SM (LayerNorm needs 88-118 registers: 2 without
+// spills, 3 with a few words spilled; RMSNorm fits 64: 4).
+template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false, int PF = 0>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, PF ? PF : 4) norm_fwd_cluster(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
     const i64 rows, const int hidden, const float eps) {  // !HOLD: rows == gridDim.x / CL

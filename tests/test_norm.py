@@ -236,7 +236,8 @@ def test_every_kernel_is_declared():
                         assert norm._fwd_cluster_name(dt, wdt, kind, res, c) in names
                         if not res:  # the study setting FWD_CLUSTER_HOLD (rows without residual)
                             assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True) in names
-                            assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True, True) in names
+                            for n in norm.PREFETCH_BLOCKS[kind]:
+                                assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True, n) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 2) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 4) in names
@@ -385,11 +386,12 @@ def test_forward_cluster_hold_plans(monkeypatch):
                     plan = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
                     assert plan.cluster == 8 and asked[-1] in declared
                     assert asked[-1].endswith(", true>") == (not res)
-                    if not res:  # FWD_CLUSTER_PREFETCH: the held form with the next row prefetched
-                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", True)
+                    for n in norm.PREFETCH_BLOCKS[norm.LAYER] if not res else ():  # FWD_CLUSTER_PREFETCH
+                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", n)  # (RMSNorm's bounds stay 4)
                         pf = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
-                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", False)
-                        assert asked[-1].endswith(", true, true>") and asked[-1] in declared
+                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", 0)
+                        assert asked[-1].endswith(f", true, {n if kind == norm.LAYER else 4}>")
+                        assert asked[-1] in declared
                         assert (pf.cluster, pf.G, pf.smem) == (plan.cluster, plan.G, plan.smem)
                     if res:
                         assert plan.cap == 0 and plan.smem == 0
@@ -631,12 +633,13 @@ def test_handed_cases(cp, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("cluster", [True, "hold", "prefetch", False],
-                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch", "no-cluster"])
+@pytest.mark.parametrize("cluster", [True, "hold", 2, 3, False],
+                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch2", "cluster-hold-prefetch3",
+                              "no-cluster"])
 def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     """The cluster forward (norm_fwd_cluster, compute capability 9.0; ``cluster-hold``: its persistent form with
-    the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters; ``cluster-hold-prefetch``: that form
-    loading each next row during the current one, FWD_CLUSTER_PREFETCH) at the edges of its plan: rows of 4096
+    the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters; ``cluster-hold-prefetchN``: that form
+    loading each next row during the current one, FWD_CLUSTER_PREFETCH = N) at the edges of its plan: rows of 4096
     vectors (4 blocks of 256 threads), 4097 (8 blocks of 160 threads, the last owning nothing), 8192 (8 of 256),
     8193 (not taken); and with the threshold lowered, 1100 vectors (2 blocks of 160, the second partly empty) and
     2048 (2 of 256); 1, 7 and 301 rows. ``no-cluster``: the same rows on the other forward paths (streamed,
@@ -646,12 +649,12 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
     monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)  # the kernel's LayerNorm without residual too
-    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", cluster in ("hold", "prefetch"))
-    monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", cluster == "prefetch")
+    held = cluster == "hold" or cluster in (2, 3)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", held)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", cluster if held and cluster != "hold" else 0)
     vec = 16 // np.dtype(dt).itemsize
     for body in (1100, 2048, 4096, 4097, 8192, 8193):
         # held: more rows than the persistent grid has clusters (each cluster takes several, both buffers)
-        held = cluster in ("hold", "prefetch")
         # held, longer rows: 301 rows give each of the < 100 clusters of 8 blocks (4097: 160-thread blocks, up to
         # 6 an SM) three or more (prefetch: a next row loaded at every cluster size, and with the last block empty)
         for rows in ((1, 7, 1237) if held and body <= 4096 else (1, 7, 301) if held else (1, 7) if body > 2048
