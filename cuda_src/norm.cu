@@ -410,12 +410,17 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // exchange buffers and mbarriers by row parity: a peer sends row i's state only after it has received this block's
 // state of row i - 1, which this block sends after its block barrier of that row, after every thread here has
 // read row i - 2's buffer and waited for its mbarrier phase, so the buffer and the phase row i uses are free.
-template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cluster(
+// PF > 0 (study, with HOLD and no residual): each thread's share of the next row is loaded into a second register
+// buffer before this row's reduction, so a block keeps a row's loads in flight while it reduces, exchanges and
+// writes the current one; PF is the launch bounds' blocks per SM (LayerNorm needs 88-118 registers: 2 without
+// spills, 3 with a few words spilled; RMSNorm fits 64: 4).
+template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false, int PF = 0>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, PF ? PF : 4) norm_fwd_cluster(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
     const i64 rows, const int hidden, const float eps) {  // !HOLD: rows == gridDim.x / CL
   static_assert(CL == 2 || CL == 4 || CL == 8, "portable cluster sizes");
+  static_assert(!PF || (HOLD && !RES), "the next row is prefetched on the held path, without residual");
   constexpr int VEC = Vec16<T>::N, VPT = 4, NB = HOLD ? 2 : 1;
   typedef Vec<T, VEC> V;
   typedef Vec<W, VEC> P;
@@ -453,13 +458,19 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
   // the same bits in every lane (the butterfly adds the same pairs, commutatively)
   auto warp_sum = [](float v) { return warp_allreduce<32>(Sum1{v}, Sum1Op()).a; };
 
+  const i64 step = gridDim.x / CL;  // HOLD: rows cluster-stride
+  V reg[VPT], nxt[VPT];              // this row's share; PF: the next row's, loaded while this one is reduced
+  auto load_row = [&](V (&dst)[VPT], const i64 row) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * G < body) dst[k] = V::load(x + row * (i64)hidden + (i64)(t + k * G) * VEC);
+  };
+
   // ---- one row; `it` counts this cluster's rows (buffer it % NB, mbarrier phase parity (it / NB) % 2)
   auto do_row = [&](const i64 row, const int it) {
     const i64 off = row * (i64)hidden;
-    V reg[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (t + k * G < body) reg[k] = V::load(x + off + (i64)(t + k * G) * VEC);
+    if (!PF) load_row(reg, row);  // PF: loaded during the previous row (the first before the loop)
+    if (PF && row + step < rows) load_row(nxt, row + step);
     if (RES) {
       V rv[VPT];
 #pragma unroll
@@ -570,13 +581,18 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 4) norm_fwd_cl
         o.store(y + off + (i64)v * VEC);
       }
     }
+    if (PF) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) reg[k] = nxt[k];
+    }
   };
 
   if constexpr (!HOLD) {
     do_row(blockIdx.x / CL, 0);
   } else {
     int it = 0;
-    for (i64 row = blockIdx.x / CL; row < rows; row += gridDim.x / CL) do_row(row, it++);
+    if (PF && blockIdx.x / CL < rows) load_row(reg, blockIdx.x / CL);
+    for (i64 row = blockIdx.x / CL; row < rows; row += step) do_row(row, it++);
     if (it == 0) cluster_wait();  // a cluster without rows still completes the start barrier (rows < clusters)
   }
 }

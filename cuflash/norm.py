@@ -59,6 +59,11 @@ FWD_CLUSTER_HOLD = False  # norm_fwd_cluster persistent (as many clusters as fit
                           # for every row without residual (study setting: RMSNorm lost with it, float32 8K-32K
                           # 0.87-0.89 of copy against 0.92-0.95; logs/norm_sweep_hold_d562161.json against
                           # logs/norm_sweep_d562161.json)
+FWD_CLUSTER_PREFETCH = 0  # > 0: the held form loads each block's share of its next row while this one is reduced
+                          # and written (a second register buffer), with LayerNorm's launch bounds at this many
+                          # blocks an SM (2: no spills, 3: a few words spilled; RMSNorm's stay 4). Study setting,
+                          # wip/norm-hold-prefetch: not yet run on a GPU
+PREFETCH_BLOCKS = {LAYER: (2, 3), RMS: (4,)}  # the instantiated launch bounds of the prefetching kernels
 FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluster path at every length. Off: it ran
                                  # slower there than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy
                                  # against 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83;
@@ -171,9 +176,12 @@ def _stream_name(dt, wdt, kind, res=False, warp=False):
             f"{b(warp)}>")
 
 
-def _fwd_cluster_name(dt, wdt, kind, res, c, hold=False):
+def _fwd_cluster_name(dt, wdt, kind, res, c, hold=False, prefetch=0):
+    """prefetch: 0, or the prefetching held kernel's launch-bounds blocks per SM."""
+    assert hold or not prefetch, "the prefetching kernel is the held one"
+    tail = f", true, {prefetch}" if prefetch else ", true" if hold else ""
     return (f"cuflash::norm_fwd_cluster<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, "
-            f"{'true' if res else 'false'}, {c}{', true' if hold else ''}>")
+            f"{'true' if res else 'false'}, {c}{tail}>")
 
 
 def _bwd_name(dt, wdt, kind):
@@ -224,6 +232,10 @@ def _declare():
                                 for wdt in _wtypes(dt) for kind in (LAYER, RMS) for c in (2, 4, 8)
                                 if release == (kind == LAYER and dt.itemsize == 4)],
                          extra_options=_SM90_OPTIONS, release=release)
+    # the study setting FWD_CLUSTER_PREFETCH: the held form with the next row prefetched
+    _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, False, c, True, n) for dt in _TYPES
+                            for wdt in _wtypes(dt) for kind in (LAYER, RMS) for c in (2, 4, 8)
+                            for n in PREFETCH_BLOCKS[kind]], extra_options=_SM90_OPTIONS, release=False)
     for lag in (True, False):  # the release setting and the study one
         _compile.declare(_SRC, [_bwd_cluster_name(dt, wdt, kind, c, lag) for dt in _TYPES for wdt in _wtypes(dt)
                                 for kind in (LAYER, RMS) for c in (2, 4, 8)], extra_options=_SM90_OPTIONS,
@@ -380,7 +392,8 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
-           FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES)
+           FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES,
+           FWD_CLUSTER_PREFETCH)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
@@ -388,7 +401,8 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
         if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held):
             c, G = geo
             hold = (FWD_CLUSTER_HOLD or plain_held) and not res
-            kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold), _SM90_OPTIONS)
+            pf = 0 if not (hold and FWD_CLUSTER_PREFETCH) else FWD_CLUSTER_PREFETCH if kind == LAYER else 4
+            kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold, pf), _SM90_OPTIONS)
             cap = smem = 0  # one row per cluster; held: as many clusters as the device holds at once,
             if hold:  # each thread's weight and bias vectors in shared memory
                 smem = 4 * G * 16 * wdt.itemsize // dt.itemsize * (2 if kind == LAYER else 1)

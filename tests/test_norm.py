@@ -236,6 +236,8 @@ def test_every_kernel_is_declared():
                         assert norm._fwd_cluster_name(dt, wdt, kind, res, c) in names
                         if not res:  # the study setting FWD_CLUSTER_HOLD (rows without residual)
                             assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True) in names
+                            for n in norm.PREFETCH_BLOCKS[kind]:
+                                assert norm._fwd_cluster_name(dt, wdt, kind, res, c, True, n) in names
                 assert norm._bwd_name(dt, wdt, kind) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 2) in names
                 assert norm._bwd_stream_name(dt, wdt, kind, 4) in names
@@ -384,6 +386,13 @@ def test_forward_cluster_hold_plans(monkeypatch):
                     plan = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
                     assert plan.cluster == 8 and asked[-1] in declared
                     assert asked[-1].endswith(", true>") == (not res)
+                    for n in norm.PREFETCH_BLOCKS[norm.LAYER] if not res else ():  # FWD_CLUSTER_PREFETCH
+                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", n)  # (RMSNorm's bounds stay 4)
+                        pf = norm._fwd_config(kind, np.dtype(dt), np.dtype(wdt), hidden, res, 0)
+                        monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", 0)
+                        assert asked[-1].endswith(f", true, {n if kind == norm.LAYER else 4}>")
+                        assert asked[-1] in declared
+                        assert (pf.cluster, pf.G, pf.smem) == (plan.cluster, plan.G, plan.smem)
                     if res:
                         assert plan.cap == 0 and plan.smem == 0
                     else:
@@ -451,14 +460,14 @@ def _call(cp, kind, x, w, b, r, eps, stats):
 
 def _run_forward(cp, rng, kind, dt, rows, hidden, variant, check_rows=None, loc=5.0, scale=3.0):
     """One forward call and its checks. variant: 0 plain, 1 weight+bias float32 + residual + stats,
-    2 weight (+bias) in the input dtype + stats, 3 residual only."""
+    2 weight (+bias) in the input dtype + stats, 3 residual only, 4 weight+bias float32 + stats."""
     eps = 1e-5 if kind == "layer" else 1e-6
     x = rnd(rng.standard_normal((rows, hidden)) * scale + loc, dt)
     r = rnd(rng.standard_normal((rows, hidden)), dt) if variant in (1, 3) else None
-    wdt = np.float32 if variant == 1 else dt
-    w = rnd(rng.standard_normal(hidden) * 0.5 + 1, wdt) if variant in (1, 2) else None
-    b = rnd(rng.standard_normal(hidden), wdt) if (variant in (1, 2) and kind == "layer") else None
-    stats = variant in (1, 2)
+    wdt = np.float32 if variant in (1, 4) else dt
+    w = rnd(rng.standard_normal(hidden) * 0.5 + 1, wdt) if variant in (1, 2, 4) else None
+    b = rnd(rng.standard_normal(hidden), wdt) if (variant in (1, 2, 4) and kind == "layer") else None
+    stats = variant in (1, 2, 4)
     out = _call(cp, kind, _dev(cp, x), None if w is None else _dev(cp, w), None if b is None else _dev(cp, b),
                 None if r is None else _dev(cp, r), eps, stats)
     out = out if isinstance(out, tuple) else (out,)
@@ -624,10 +633,13 @@ def test_handed_cases(cp, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("cluster", [True, "hold", False], ids=["cluster", "cluster-hold", "no-cluster"])
+@pytest.mark.parametrize("cluster", [True, "hold", 2, 3, False],
+                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch2", "cluster-hold-prefetch3",
+                              "no-cluster"])
 def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     """The cluster forward (norm_fwd_cluster, compute capability 9.0; ``cluster-hold``: its persistent form with
-    the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters) at the edges of its plan: rows of 4096
+    the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters; ``cluster-hold-prefetchN``: that form
+    loading each next row during the current one, FWD_CLUSTER_PREFETCH = N) at the edges of its plan: rows of 4096
     vectors (4 blocks of 256 threads), 4097 (8 blocks of 160 threads, the last owning nothing), 8192 (8 of 256),
     8193 (not taken); and with the threshold lowered, 1100 vectors (2 blocks of 160, the second partly empty) and
     2048 (2 of 256); 1, 7 and 301 rows. ``no-cluster``: the same rows on the other forward paths (streamed,
@@ -637,12 +649,17 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
     monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)  # the kernel's LayerNorm without residual too
-    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", cluster == "hold")
+    held = cluster == "hold" or cluster in (2, 3)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", held)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", cluster if held and cluster != "hold" else 0)
     vec = 16 // np.dtype(dt).itemsize
     for body in (1100, 2048, 4096, 4097, 8192, 8193):
-        # hold: more rows than the persistent grid has clusters (each cluster takes several, both buffers)
-        for rows in (1, 7, 1237) if cluster == "hold" and body <= 4096 else (1, 7) if body > 2048 else (1, 301):
-            for variant in (0, 1, 2, 3):
+        # held: more rows than the persistent grid has clusters (each cluster takes several, both buffers)
+        # held, longer rows: 301 rows give each of the < 100 clusters of 8 blocks (4097: 160-thread blocks, up to
+        # 6 an SM) three or more (prefetch: a next row loaded at every cluster size, and with the last block empty)
+        for rows in ((1, 7, 1237) if held and body <= 4096 else (1, 7, 301) if held else (1, 7) if body > 2048
+                     else (1, 301)):
+            for variant in (0, 1, 2, 3, 4) if held else (0, 1, 2, 3):
                 _run_forward(cp, rng, kind, dt, rows, body * vec, variant)
     if cluster:
         assert norm._fwd_config(norm.LAYER if kind == "layer" else norm.RMS, np.dtype(dt), np.dtype(dt),

@@ -1,6 +1,7 @@
 """A few small calls of the cluster forward (norm_fwd_cluster) at every cluster size, for compute-sanitizer
-(memcheck / synccheck): python experiments/scratch/fwd_cluster_san.py [hold]  (hold: FWD_CLUSTER_HOLD, plain
-LayerNorm on the cluster path too, and more rows than clusters)"""
+(memcheck / synccheck): python experiments/scratch/fwd_cluster_san.py [hold | prefetch | prefetch3]
+(hold: FWD_CLUSTER_HOLD, plain LayerNorm on the cluster path too, and more rows than clusters; prefetch: also
+FWD_CLUSTER_PREFETCH = 2, prefetch3: = 3)"""
 import sys
 
 sys.path.insert(0, ".")
@@ -9,9 +10,10 @@ import cupy as cp  # noqa: E402
 from cuflash import norm  # noqa: E402
 
 norm.FWD_CLUSTER_MIN_VECS = 1024
-hold = sys.argv[1:] == ["hold"]
+hold = sys.argv[1:] in (["hold"], ["prefetch"], ["prefetch3"])
 if hold:
     norm.FWD_CLUSTER_HOLD = norm.FWD_CLUSTER_PLAIN_LAYER = True
+    norm.FWD_CLUSTER_PREFETCH = {"prefetch": 2, "prefetch3": 3}.get(sys.argv[1], 0)
 for dt, vec in ((cp.float32, 4), (cp.float16, 8)):
     for body in (1100, 2048, 4096, 4097, 8192):  # 2 (partly empty), 2, 4, 8 (last block empty), 8 blocks
         h = body * vec
