@@ -81,6 +81,12 @@ BM = 64           # Br: query rows per Q tile of the tensor-core kernels
 DEFAULT_BC = {32: 64, 64: 64, 96: 64, 128: 128, 256: 64}  # 128 at head_dim 128: ~10 % faster on the H200
 EXTRA_BC = {64: (128,), 128: (64,)}
 ROWS_PER_BLOCK = 8  # preprocess / convert: one warp per row
+SM90_SOURCE = "attention_bwd_sm90.cu"
+SM90_OPTIONS = ("--gpu-architecture=sm_90a",)
+SM90_DKDV = False  # compute capability 9.0, float16/bfloat16, head_dim 128: the dK/dV pass (and the atomic dQ) by
+                   # warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups). Study setting, wip/bwd-wgmma: not yet
+                   # run on a GPU
+SM90_SMEM = 1024 + 2 * 128 * 128 * 2 + 2 * 64 * 128 * 2 + 128 * 64 * 2 + 2 * 64 * 4  # align, K, V, Q, dO, dS^T, lse, D
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -105,6 +111,11 @@ def kernel_names(dtype, head_dim: int, bc: int | None = None) -> dict:
     return names
 
 
+def sm90_name(dtype) -> str:
+    """The wgmma dK/dV kernel (head_dim 128) for a 16-bit dtype."""
+    return f"cuflash::attn_bwd_sm90::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, 128>"
+
+
 def smem_bytes(dtype, head_dim: int, kernel: str, bc: int | None = None) -> int:
     """Dynamic shared memory of the tensor-core kernels (rows padded by 8 elements)."""
     it = np.dtype(dtype).itemsize
@@ -124,6 +135,8 @@ def _declare():
             _compile.declare(SOURCE, list(kernel_names(dt, d).values()))
             for bc in EXTRA_BC.get(d, ()):
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
+    _compile.declare(SM90_SOURCE, [sm90_name(dt) for dt in (_dtypes.float16, _dtypes.bfloat16)],
+                     extra_options=SM90_OPTIONS, release=False)
 
 
 _declare()
@@ -339,12 +352,16 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         qq, kk, vv, gg = (_contig(a) for a in (p.q, p.k, p.v, do_c))
     wn = warps_n(d)
     block = (128 * wn,)
-    _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),
-                    (32 * (bc // 16) * wn,),
-                    (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
-                     *_st(dk), *_st(dv), *common, np.int32(use_atomic)),
-                    shared_mem=smem_bytes(dt, d, "dkdv", bc),
-                    what=f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
+    dkdv_args = (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
+                 *_st(dk), *_st(dv), *common, np.int32(use_atomic))
+    if SM90_DKDV and d == 128 and _compile.compute_capability(dev) == 90:
+        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt), SM90_OPTIONS), (math.ceil(Sk / 128), Hkv, B),
+                        (256,), dkdv_args, shared_mem=SM90_SMEM,
+                        what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
+    else:
+        _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),
+                        (32 * (bc // 16) * wn,), dkdv_args, shared_mem=smem_bytes(dt, d, "dkdv", bc),
+                        what=f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
     if use_atomic:
         _compile.launch(_compile.get_kernel(SOURCE, names["convert"]), (math.ceil(rows / ROWS_PER_BLOCK),),
                         (32 * ROWS_PER_BLOCK,),
