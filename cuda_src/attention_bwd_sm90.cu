@@ -152,11 +152,6 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     pack_p<T, BR>(pa, s);
     pack_p<T, BR>(dsa, dp);
 
-    // dV_w += P^T dO, dK_w += dS^T Q (async while dS^T goes to shared memory).
-    wgmma_fence();
-    issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
-    issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
-    wgmma_commit();
     if (use_atomic_dq) {
       // dS^T [key][query] in the swizzled layout: this thread's pairs (queries 8i + 2t, +1) of rows kr, kr + 8.
       unsigned char* const dsg = smem_raw + (sdS - smem_u32(smem_raw));
@@ -170,6 +165,23 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       }
       fence_proxy_async();
     }
+
+    // dV_w += P^T dO, dK_w += dS^T Q. (The A operands' registers are not touched until the wait: the dS^T stores
+    // above come first.)
+#pragma unroll
+    for (int n = 0; n < NPV; ++n) {
+      fence_regs(dk_acc[n]);
+      fence_regs(dv_acc[n]);
+    }
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+      fence_regs(pa[kk]);
+      fence_regs(dsa[kk]);
+    }
+    wgmma_fence();
+    issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
+    issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
+    wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
     for (int n = 0; n < NPV; ++n) {
@@ -207,7 +219,8 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
         for (int i = 0; i < 8; ++i)
           atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
       }
-      __syncthreads();  // sdS is read by both warpgroups' dQ before the next tile overwrites it
+      // sdS is rewritten only after the next iteration's first barrier, which both warpgroups reach after
+      // their dQ wait above
     }
     qt = last_tile ? 0 : qt + 1;
     qh += last_tile;

@@ -354,7 +354,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     block = (128 * wn,)
     dkdv_args = (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
                  *_st(dk), *_st(dv), *common, np.int32(use_atomic))
-    if SM90_DKDV and d == 128 and _compile.compute_capability(dev) == 90:
+    if SM90_DKDV and d == 128 and bc == 128 and _compile.compute_capability(dev) == 90:
         _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt), SM90_OPTIONS), (math.ceil(Sk / 128), Hkv, B),
                         (256,), dkdv_args, shared_mem=SM90_SMEM,
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
