@@ -21,26 +21,16 @@
 #include "cuflash/mma.cuh"
 #include "cuflash/wgmma.cuh"
 #include "cuflash/sm90_tiles.cuh"
+#include "cuflash/attn_bwd_mask.cuh"
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
 namespace cuflash {
-namespace attn_bwd_sm90 {
+namespace attn_bwd {
 
-constexpr float LOG2E = 1.4426950408889634f;
 constexpr int BR = 64, BC = 128, NT = 256;
-
-__device__ __forceinline__ bool visible(int i, int j, int Sq, int Sk, int shift, int left, int right) {
-  return i < Sq && j < Sk && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
-}
-
-__device__ __forceinline__ bool tile_visible(int i0, int ni, int j0, int nj, int Sq, int Sk, int shift, int left,
-                                             int right) {
-  return i0 + ni <= Sq && j0 + nj <= Sk && (right < 0 || j0 + nj - 1 <= i0 + shift + right) &&
-         (left < 0 || j0 >= i0 + ni - 1 + shift - left);
-}
 
 // dQ (m64 queries x n64 columns) = dS (queries x BC keys) . K[:, cols]: A = dS^T at sdS (BC key rows of 64
 // queries, one 128-byte-swizzled block), B = the K tile's 64-column block at cKb (BC key rows); both MN-major,
@@ -83,10 +73,8 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
 
   // Query rows that see at least one key of [j0, j1).
   const int j1 = min(j0 + BC, Sk);
-  const long long ilo_ll = right < 0 ? 0 : max(0ll, (long long)j0 - shift - right);
-  const long long ihi_ll = left < 0 ? (long long)Sq - 1 : min((long long)Sq - 1, (long long)j1 - 1 - shift + left);
-  const int it0 = (int)(ilo_ll / BR) * BR;
-  const int ntiles = ihi_ll < ilo_ll ? 0 : (int)((ihi_ll - it0) / BR + 1);
+  int it0, ntiles;
+  query_tiles(j0, j1, Sq, shift, left, right, BR, it0, ntiles);
   const int niter = ntiles * group;
 
   load_tile_sw128<T, HD, BC, NT>(sK, k + (i64)b * k_sb + (i64)hk * k_sh, k_ss, j0, Sk, tid);
@@ -245,5 +233,5 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   }
 }
 
-}  // namespace attn_bwd_sm90
+}  // namespace attn_bwd
 }  // namespace cuflash

@@ -113,7 +113,7 @@ def kernel_names(dtype, head_dim: int, bc: int | None = None) -> dict:
 
 def sm90_name(dtype) -> str:
     """The wgmma dK/dV kernel (head_dim 128) for a 16-bit dtype."""
-    return f"cuflash::attn_bwd_sm90::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, 128>"
+    return f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, 128>"
 
 
 def smem_bytes(dtype, head_dim: int, kernel: str, bc: int | None = None) -> int:
