@@ -16,7 +16,7 @@
 // dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
 // all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile, the next tile's
 // issued while this one's dQ is computed). Tails: rows past seqlen are zero-filled, their lse is +inf (P = 0).
-// Head_dim 128 only (dQ split over the two warpgroups by 64 columns).
+// Head_dim 128 (dQ split over the two warpgroups by 64 columns) or 64 (dQ by warpgroup 0 alone).
 #include "cuflash/common.cuh"
 #include "cuflash/mma.cuh"
 #include "cuflash/wgmma.cuh"
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
     i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
     int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int use_atomic_dq) {
-  static_assert(HD == 128, "head_dim 128 (dQ: one 64-column half per warpgroup)");
+  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: 64 columns per warpgroup)");
   constexpr int KV_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, DS_BYTES = BC * BR * 2;
   constexpr int PVN = 64, NPV = HD / PVN;  // dK, dV: NPV wgmmas of n64 per k16 step, 32 floats each
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     if (it + 1 < niter) issue(last_tile ? qh + 1 : qh, last_tile ? 0 : qt + 1);
     cp_async_commit();
 
-    if (use_atomic_dq) {
+    if (use_atomic_dq && 64 * wg < HD) {  // warpgroup wg: dQ columns [64 wg, 64 wg + 64)
       float dq[32];
       wgmma_fence();
       issue_dq<T>(dq, sdS, sK + wg * (BC * 128));
@@ -207,8 +207,8 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
         for (int i = 0; i < 8; ++i)
           atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
       }
-      // sdS is rewritten only after the next iteration's first barrier, which both warpgroups reach after
-      // their dQ wait above
+      // sdS is rewritten only after the next iteration's first barrier, which the warpgroups reach after their
+      // dQ wait above
     }
     qt = last_tile ? 0 : qt + 1;
     qh += last_tile;

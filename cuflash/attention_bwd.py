@@ -83,10 +83,15 @@ EXTRA_BC = {64: (128,), 128: (64,)}
 ROWS_PER_BLOCK = 8  # preprocess / convert: one warp per row
 SM90_SOURCE = "attention_bwd_sm90.cu"
 SM90_OPTIONS = ("--gpu-architecture=sm_90a",)
-SM90_DKDV = False  # compute capability 9.0, float16/bfloat16, head_dim 128: the dK/dV pass (and the atomic dQ) by
-                   # warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups). Study setting, wip/bwd-wgmma: not yet
-                   # run on a GPU
-SM90_SMEM = 1024 + 2 * 128 * 128 * 2 + 2 * 64 * 128 * 2 + 128 * 64 * 2 + 2 * 64 * 4  # align, K, V, Q, dO, dS^T, lse, D
+SM90_DKDV = False  # compute capability 9.0, float16/bfloat16, padded head_dim 64 or 128, no block_sizes: the dK/dV
+                   # pass (and the atomic dQ) by warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups). Study
+                   # setting, wip/bwd-wgmma: not yet run on a GPU
+SM90_HEAD_DIMS = (64, 128)
+
+
+def sm90_smem(head_dim: int) -> int:
+    """Dynamic shared memory of bwd_dkdv_sm90: 1024-byte alignment, K, V (128 rows), Q, dO (64 rows), dS^T, lse, D."""
+    return 1024 + 2 * 128 * head_dim * 2 + 2 * 64 * head_dim * 2 + 128 * 64 * 2 + 2 * 64 * 4
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -111,9 +116,9 @@ def kernel_names(dtype, head_dim: int, bc: int | None = None) -> dict:
     return names
 
 
-def sm90_name(dtype) -> str:
-    """The wgmma dK/dV kernel (head_dim 128) for a 16-bit dtype."""
-    return f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, 128>"
+def sm90_name(dtype, head_dim: int) -> str:
+    """The wgmma dK/dV kernel for a 16-bit dtype and a padded head_dim of SM90_HEAD_DIMS."""
+    return f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, {head_dim}>"
 
 
 def smem_bytes(dtype, head_dim: int, kernel: str, bc: int | None = None) -> int:
@@ -135,8 +140,8 @@ def _declare():
             _compile.declare(SOURCE, list(kernel_names(dt, d).values()))
             for bc in EXTRA_BC.get(d, ()):
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
-    _compile.declare(SM90_SOURCE, [sm90_name(dt) for dt in (_dtypes.float16, _dtypes.bfloat16)],
-                     extra_options=SM90_OPTIONS, release=False)
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16)
+                                   for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS, release=False)
 
 
 _declare()
@@ -354,9 +359,9 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     block = (128 * wn,)
     dkdv_args = (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
                  *_st(dk), *_st(dv), *common, np.int32(use_atomic))
-    if SM90_DKDV and d == 128 and bc == 128 and _compile.compute_capability(dev) == 90:
-        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt), SM90_OPTIONS), (math.ceil(Sk / 128), Hkv, B),
-                        (256,), dkdv_args, shared_mem=SM90_SMEM,
+    if SM90_DKDV and d in SM90_HEAD_DIMS and block_sizes is None and _compile.compute_capability(dev) == 90:
+        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d), SM90_OPTIONS),
+                        (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args, shared_mem=sm90_smem(d),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
     else:
         _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),

@@ -130,8 +130,8 @@ def test_declared_kernels_and_shared_memory():
     decl = [d for d in _compile.declared() if d[0] == ab.SOURCE]
     assert 0 < len(decl) <= 32  # the lead asked for about 30
     sm90 = {n for s, n, _, _ in _compile.declared() if s == ab.SM90_SOURCE}
-    assert {ab.sm90_name(dt) for dt in (_dtypes.float16, _dtypes.bfloat16)} == sm90
-    assert ab.SM90_SMEM <= 227 * 1024
+    assert {ab.sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16) for d in ab.SM90_HEAD_DIMS} == sm90
+    assert all(ab.sm90_smem(d) <= 227 * 1024 for d in ab.SM90_HEAD_DIMS)
     for dt in (_dtypes.float16, _dtypes.bfloat16):
         for d in (32, 64, 96, 128, 256):
             for kern in ("dkdv", "dq"):
@@ -310,9 +310,9 @@ def test_block_kv_128(rng, cp, dtype, D):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("D", [128, 100])
+@pytest.mark.parametrize("D", [128, 100, 64, 40])
 def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D):
-    """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 128): tails of both tiles,
+    """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 64 or 128): tails of both tiles,
     masks, GQA / MQA, the atomic and the deterministic dQ, large logits, against the float64 reference with the
     default kernel's bounds."""
     from cuflash import _compile, attention_bwd as ab
