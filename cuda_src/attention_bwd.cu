@@ -26,6 +26,7 @@
 // entries get P = 0 exactly; tiles entirely masked are never visited.
 #include "cuflash/common.cuh"
 #include "cuflash/mma.cuh"
+#include "cuflash/attn_bwd_mask.cuh"
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -34,20 +35,7 @@
 namespace cuflash {
 namespace attn_bwd {
 
-constexpr float LOG2E = 1.4426950408889634f;
 constexpr int BM = 64;  // Br = Bc = 64
-
-__device__ __forceinline__ bool visible(int i, int j, int Sq, int Sk, int shift, int left, int right) {
-  return i < Sq && j < Sk && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
-}
-
-// Every (query, key) of queries [i0, i0 + ni) x keys [j0, j0 + nj) is visible (no tail, no mask edge): the
-// tile's P needs no per-entry mask (the visible() tests were most of the softmax step's instructions).
-__device__ __forceinline__ bool tile_visible(int i0, int ni, int j0, int nj, int Sq, int Sk, int shift, int left,
-                                             int right) {
-  return i0 + ni <= Sq && j0 + nj <= Sk && (right < 0 || j0 + nj - 1 <= i0 + shift + right) &&
-         (left < 0 || j0 >= i0 + ni - 1 + shift - left);
-}
 
 // exp(x * scale - lse) as exp2(x * scale·log2e - lse·log2e): one FFMA and one MUFU.EX2 per entry (lse·log2e is
 // what the kernels keep in shared memory or registers; +inf, an empty row's lse_safe, still gives 0).
@@ -245,10 +233,8 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
 
   // Query rows that see at least one key of [j0, j1).
   const int j1 = min(j0 + BC, Sk);
-  const long long ilo_ll = right < 0 ? 0 : max(0ll, (long long)j0 - shift - right);
-  const long long ihi_ll = left < 0 ? (long long)Sq - 1 : min((long long)Sq - 1, (long long)j1 - 1 - shift + left);
-  const int it0 = (int)(ilo_ll / BM) * BM;
-  const int ntiles = ihi_ll < ilo_ll ? 0 : (int)((ihi_ll - it0) / BM + 1);
+  int it0, ntiles;
+  query_tiles(j0, j1, Sq, shift, left, right, BM, it0, ntiles);
   const int niter = ntiles * group;
 
   const T* kg = k + (i64)b * k_sb + (i64)hk * k_sh;

@@ -32,6 +32,7 @@
 #include "cuflash/mma.cuh"
 #include "cuflash/tma.cuh"
 #include "cuflash/wgmma.cuh"
+#include "cuflash/sm90_tiles.cuh"
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -41,51 +42,6 @@ namespace cuflash {
 
 __device__ __forceinline__ bool sm90_key_visible(int i, int j, int seqlen_k, int shift, int left, int right) {
   return j < seqlen_k && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
-}
-
-// Copy ROWS rows (row0.. of a matrix with row stride ld, HEAD_DIM columns) into a swizzled tile at byte address
-// dst whose 64-column blocks are BLK_ROWS rows apart; rows >= nrows are zero-filled. NT threads, thread index
-// tid; consecutive threads take consecutive 16-byte chunks of a row (coalesced).
-template <typename T, int HEAD_DIM, int ROWS, int NT, int BLK_ROWS = ROWS>
-__device__ __forceinline__ void load_tile_sw128(unsigned dst, const T* src, i64 ld, int row0, int nrows, int tid) {
-  constexpr int CH = HEAD_DIM / 8;  // chunks per row
-#pragma unroll 4
-  for (int c = tid; c < ROWS * CH; c += NT) {
-    const int r = c / CH, ch = c % CH;
-    const bool ok = row0 + r < nrows;
-    const unsigned off = (ch >> 3) * (BLK_ROWS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-    cp_async_16(dst + off, ok ? src + (i64)(row0 + r) * ld + ch * 8 : src, ok);
-  }
-}
-
-// ---- the pieces of one K/V tile step, shared by both kernels (called by all 128 threads of a warpgroup) ----
-// S = Q_w K^T: KSTEPS wgmmas (Q rows of this warpgroup at sQw, 64-column blocks BR rows apart; K tile at cK).
-template <typename T, int HEAD_DIM, int BR, int Bc>
-__device__ __forceinline__ void issue_qk(float (&s)[Bc / 2], unsigned sQw, unsigned cK) {
-#pragma unroll
-  for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-    const unsigned blk = kk >> 2, in = (kk & 3) * 32;  // 64-column block, 32-byte k16 step inside the row
-    const unsigned long long da = wgmma_desc(sQw + blk * (BR * 128) + in, 16, 1024);
-    const unsigned long long db = wgmma_desc(cK + blk * (Bc * 128) + in, 16, 1024);
-    WgmmaSS<T, Bc>::run(s, da, db, kk > 0 ? 1 : 0);
-  }
-}
-
-// O += P V: P (registers) x V tile at cV (MN-major: keys are rows, head_dim columns in 64-wide blocks).
-template <typename T, int HEAD_DIM, int Bc, int PVN>
-__device__ __forceinline__ void issue_pv(float (&o)[HEAD_DIM / PVN][PVN / 2], const unsigned (&pa)[Bc / 16][4],
-                                         unsigned cV) {
-#pragma unroll
-  for (int kk = 0; kk < Bc / 16; ++kk) {
-#pragma unroll
-    for (int n = 0; n < HEAD_DIM / PVN; ++n) {
-      // keys 16kk..16kk+15: two 8-row groups (SBO = 1024); columns n*PVN..: 64-wide blocks Bc*128 bytes apart
-      // (LBO; with PVN = 64 one wgmma stays inside one block, LBO unused, so 1024 is passed as well).
-      const unsigned long long db = wgmma_desc(cV + n * (PVN / 64) * (Bc * 128) + kk * 16 * 128,
-                                               PVN == 64 ? 1024 : Bc * 128, 1024);
-      WgmmaRS<T, PVN>::run(o[n], pa[kk], db, 1);
-    }
-  }
 }
 
 // Mask S and update the online softmax in log2 units: on return s holds p = exp2(s * scale_log2 - m_new), m2
@@ -142,18 +98,6 @@ __device__ __forceinline__ void rescale_o(float (&o)[NPV][OREG], const float (&a
       o[n][4 * i + 2] *= alpha[1];
       o[n][4 * i + 3] *= alpha[1];
     }
-}
-
-// P (float accumulator of S, key step kk = n8 blocks 2kk, 2kk+1) -> the register A operand of O += P V.
-template <typename T, int Bc>
-__device__ __forceinline__ void pack_p(unsigned (&pa)[Bc / 16][4], const float (&s)[Bc / 2]) {
-#pragma unroll
-  for (int kk = 0; kk < Bc / 16; ++kk) {
-    pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-    pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-    pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-    pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-  }
 }
 
 // Does tile [k0, k0 + Bc) need elementwise masking for query rows [r0, r0 + 64)?

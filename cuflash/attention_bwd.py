@@ -81,6 +81,17 @@ BM = 64           # Br: query rows per Q tile of the tensor-core kernels
 DEFAULT_BC = {32: 64, 64: 64, 96: 64, 128: 128, 256: 64}  # 128 at head_dim 128: ~10 % faster on the H200
 EXTRA_BC = {64: (128,), 128: (64,)}
 ROWS_PER_BLOCK = 8  # preprocess / convert: one warp per row
+SM90_SOURCE = "attention_bwd_sm90.cu"
+SM90_OPTIONS = ("--gpu-architecture=sm_90a",)
+SM90_DKDV = False  # compute capability 9.0, float16/bfloat16, padded head_dim 64 or 128, no block_sizes: the dK/dV
+                   # pass (and the atomic dQ) by warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups). Study
+                   # setting, wip/bwd-wgmma: not yet run on a GPU
+SM90_HEAD_DIMS = (64, 128)
+
+
+def sm90_smem(head_dim: int) -> int:
+    """Dynamic shared memory of bwd_dkdv_sm90: 1024-byte alignment, K, V (128 rows), Q, dO (64 rows), dS^T, lse, D."""
+    return 1024 + 2 * 128 * head_dim * 2 + 2 * 64 * head_dim * 2 + 128 * 64 * 2 + 2 * 64 * 4
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -105,6 +116,11 @@ def kernel_names(dtype, head_dim: int, bc: int | None = None) -> dict:
     return names
 
 
+def sm90_name(dtype, head_dim: int) -> str:
+    """The wgmma dK/dV kernel for a 16-bit dtype and a padded head_dim of SM90_HEAD_DIMS."""
+    return f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, {head_dim}>"
+
+
 def smem_bytes(dtype, head_dim: int, kernel: str, bc: int | None = None) -> int:
     """Dynamic shared memory of the tensor-core kernels (rows padded by 8 elements)."""
     it = np.dtype(dtype).itemsize
@@ -124,6 +140,8 @@ def _declare():
             _compile.declare(SOURCE, list(kernel_names(dt, d).values()))
             for bc in EXTRA_BC.get(d, ()):
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16)
+                                   for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS, release=False)
 
 
 _declare()
@@ -338,12 +356,16 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         qq, kk, vv, gg = (_contig(a) for a in (p.q, p.k, p.v, do_c))
     wn = warps_n(d)
     block = (128 * wn,)
-    _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),
-                    (32 * (bc // 16) * wn,),
-                    (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
-                     *_st(dk), *_st(dv), *common, np.int32(use_atomic)),
-                    shared_mem=smem_bytes(dt, d, "dkdv", bc),
-                    what=f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
+    dkdv_args = (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
+                 *_st(dk), *_st(dv), *common, np.int32(use_atomic))
+    if SM90_DKDV and d in SM90_HEAD_DIMS and block_sizes is None and _compile.compute_capability(dev) == 90:
+        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d), SM90_OPTIONS),
+                        (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args, shared_mem=sm90_smem(d),
+                        what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
+    else:
+        _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),
+                        (32 * (bc // 16) * wn,), dkdv_args, shared_mem=smem_bytes(dt, d, "dkdv", bc),
+                        what=f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
     if use_atomic:
         _compile.launch(_compile.get_kernel(SOURCE, names["convert"]), (math.ceil(rows / ROWS_PER_BLOCK),),
                         (32 * ROWS_PER_BLOCK,),

@@ -129,6 +129,9 @@ def test_declared_kernels_and_shared_memory():
 
     decl = [d for d in _compile.declared() if d[0] == ab.SOURCE]
     assert 0 < len(decl) <= 32  # the lead asked for about 30
+    sm90 = {n for s, n, _, _ in _compile.declared() if s == ab.SM90_SOURCE}
+    assert {ab.sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16) for d in ab.SM90_HEAD_DIMS} == sm90
+    assert all(ab.sm90_smem(d) <= 227 * 1024 for d in ab.SM90_HEAD_DIMS)
     for dt in (_dtypes.float16, _dtypes.bfloat16):
         for d in (32, 64, 96, 128, 256):
             for kern in ("dkdv", "dq"):
@@ -303,6 +306,29 @@ def test_block_kv_128(rng, cp, dtype, D):
                                           (257, 383, False, (-1, -1), True)):
         _check(rng, cp, 1, 4, 2, Sq, Sk, D, dt, causal=causal, window=window, deterministic=det,
                block_sizes=(64, 64 if D > 64 else 128), what="other Bc")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("D", [128, 100, 64, 40])
+def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D):
+    """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 64 or 128): tails of both tiles,
+    masks, GQA / MQA, the atomic and the deterministic dQ, large logits, against the float64 reference with the
+    default kernel's bounds."""
+    from cuflash import _compile, attention_bwd as ab
+
+    if _compile.compute_capability(cp.cuda.runtime.getDevice()) != 90:
+        pytest.skip("the wgmma backward is compiled for sm_90a")
+    monkeypatch.setattr(ab, "SM90_DKDV", True)
+    dt = DTYPES[dtype]
+    for (B, Hq, Hkv, Sq, Sk, causal, window, det) in (
+            (2, 4, 4, 113, 203, False, (-1, -1), False), (1, 4, 2, 1, 239, True, (-1, -1), False),
+            (1, 3, 1, 1023, 1024, False, (100, 20), False), (1, 4, 2, 300, 70, True, (-1, -1), True),
+            (2, 2, 1, 257, 383, False, (-1, -1), False), (1, 2, 2, 1024, 1023, True, (-1, -1), False),
+            (1, 2, 1, 64, 128, False, (-1, -1), False), (1, 1, 1, 129, 1, False, (-1, -1), False)):
+        _check(rng, cp, B, Hq, Hkv, Sq, Sk, D, dt, causal=causal, window=window, deterministic=det,
+               what="sm90 dK/dV")
+    _check(rng, cp, 1, 2, 1, 65, 63, D, dt, mag=40.0, what="sm90 dK/dV large")
 
 
 @pytest.mark.gpu

@@ -1,0 +1,237 @@
+// attention_bwd_sm90.cu — the dK/dV pass of the attention backward on Hopper (sm_90a): warpgroup MMA
+// (wgmma.mma_async) for all five products. Study kernel (cuflash.attention_bwd.SM90_DKDV), not yet run on a GPU.
+//
+// The same algorithm and interface as bwd_dkdv in attention_bwd.cu (FlashAttention-2, Dao 2023, Alg. 2; the
+// Hopper mapping after FlashAttention-3, Shah et al. 2024, arXiv:2407.08608, Sec. 3 and App. B): the block owns
+// Bc = 128 keys K_j, V_j and loops over the query heads of its GQA group and the Q tiles (Br = 64 queries) that
+// see them. Two warpgroups; warpgroup w owns keys [64w, 64w + 64) of the tile. Per Q tile, in each warpgroup:
+//   S^T  = K_w Q_i^T            wgmma m64n64, A = K rows, B = Q tile, both K-major in shared memory
+//   dP^T = V_w dO_i^T           wgmma m64n64, A = V rows, B = dO tile
+//   P^T  = exp2(S^T * scale * log2e - lse * log2e), masked entries 0;  dS^T = P^T o (dP^T - Delta)
+//   dV_w += P^T dO_i            wgmma m64n{HD}, A = P^T rounded to T in registers, B = dO tile MN-major
+//   dK_w += dS^T Q_i            wgmma m64n{HD}, A = dS^T in registers, B = Q tile MN-major
+//   (atomic dQ) dS^T to shared memory; warpgroup w: dQ_i[:, 64w .. 64w + 64) = dS K[:, 64w ..] by wgmma m64n64
+//   with both operands MN-major (dS^T and K are stored key by key), added to the float32 accumulator with
+//   atomicAdd (float2).
+// dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
+// all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile, the next tile's
+// issued while this one's dQ is computed). Tails: rows past seqlen are zero-filled, their lse is +inf (P = 0).
+// Head_dim 128 (dQ split over the two warpgroups by 64 columns) or 64 (dQ by warpgroup 0 alone).
+#include "cuflash/common.cuh"
+#include "cuflash/mma.cuh"
+#include "cuflash/wgmma.cuh"
+#include "cuflash/sm90_tiles.cuh"
+#include "cuflash/attn_bwd_mask.cuh"
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+namespace cuflash {
+namespace attn_bwd {
+
+constexpr int BR = 64, BC = 128, NT = 256;
+
+// dQ (m64 queries x n64 columns) = dS (queries x BC keys) . K[:, cols]: A = dS^T at sdS (BC key rows of 64
+// queries, one 128-byte-swizzled block), B = the K tile's 64-column block at cKb (BC key rows); both MN-major,
+// k16 steps down the key rows (SBO = 1024 bytes per 8 rows; one 64-wide block each, LBO unused).
+template <typename T>
+__device__ __forceinline__ void issue_dq(float (&dq)[32], unsigned sdS, unsigned cKb) {
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; ++kk) {
+    const unsigned long long da = wgmma_desc(sdS + kk * 16 * 128, 1024, 1024);
+    const unsigned long long db = wgmma_desc(cKb + kk * 16 * 128, 1024, 1024);
+    WgmmaSSt<T, 64>::run(dq, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse_safe, const float* __restrict__ delta, float* __restrict__ dq_accum,
+    T* __restrict__ dk, T* __restrict__ dv,
+    i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
+    i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
+    int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int use_atomic_dq) {
+  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: 64 columns per warpgroup)");
+  constexpr int KV_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, DS_BYTES = BC * BR * 2;
+  constexpr int PVN = 64, NPV = HD / PVN;  // dK, dV: NPV wgmmas of n64 per k16 step, 32 floats each
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned sK = sbase, sV = sK + KV_BYTES, sQ = sV + KV_BYTES, sdO = sQ + Q_BYTES, sdS = sdO + Q_BYTES;
+  float* const sLse = reinterpret_cast<float*>(smem_raw + (sdS + DS_BYTES - smem_u32(smem_raw)));
+  float* const sDelta = sLse + BR;
+
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int j0 = blockIdx.x * BC;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const int group = Hq / Hkv;
+  const int shift = Sk - Sq;
+  const float scale_log2 = scale * LOG2E;
+  const int kr = 64 * wg + 16 * warp + g;  // this thread's key rows kr, kr + 8 of the tile
+
+  // Query rows that see at least one key of [j0, j1).
+  const int j1 = min(j0 + BC, Sk);
+  int it0, ntiles;
+  query_tiles(j0, j1, Sq, shift, left, right, BR, it0, ntiles);
+  const int niter = ntiles * group;
+
+  load_tile_sw128<T, HD, BC, NT>(sK, k + (i64)b * k_sb + (i64)hk * k_sh, k_ss, j0, Sk, tid);
+  load_tile_sw128<T, HD, BC, NT>(sV, v + (i64)b * v_sb + (i64)hk * v_sh, v_ss, j0, Sk, tid);
+
+  // The loads of iteration (query head qh of the group, Q tile qt): Q_i, dO_i by cp.async, lse and Delta directly.
+  auto issue = [&](int qh, int qt) {
+    const int h = hk * group + qh;
+    const int i0 = it0 + qt * BR;
+    load_tile_sw128<T, HD, BR, NT>(sQ, q + (i64)b * q_sb + (i64)h * q_sh, q_ss, i0, Sq, tid);
+    load_tile_sw128<T, HD, BR, NT>(sdO, dout + (i64)b * do_sb + (i64)h * do_sh, do_ss, i0, Sq, tid);
+    const i64 rb = ((i64)b * Hq + h) * Sq;
+    if (tid < BR) {
+      const int i = i0 + tid;
+      sLse[tid] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;  // lse·log2e; +inf: P = 0
+      sDelta[tid] = i < Sq ? delta[rb + i] : 0.f;
+    }
+  };
+  if (niter > 0) issue(0, 0);
+  cp_async_commit();
+
+  float dk_acc[NPV][32], dv_acc[NPV][32];
+#pragma unroll
+  for (int n = 0; n < NPV; ++n)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.f;
+
+  for (int it = 0, qh = 0, qt = 0; it < niter; ++it) {
+    const int i0 = it0 + qt * BR;
+    const int h = hk * group + qh;
+    const bool last_tile = qt + 1 == ntiles;  // of this query head
+    cp_async_wait<0>();
+    fence_proxy_async();  // the cp.async data (generic proxy) -> wgmma (async proxy)
+    __syncthreads();
+
+    // S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each). Entry e of n8 block i: key kr + (e>>1)*8,
+    // query 8i + 2t + (e&1).
+    float s[32], dp[32];
+    wgmma_fence();
+    issue_qk<T, HD, BC, BR>(s, sK + 64 * wg * 128, sQ);
+    issue_qk<T, HD, BC, BR>(dp, sV + 64 * wg * 128, sdO);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(dp);
+
+    const bool full = tile_visible(i0, BR, j0, BC, Sq, Sk, shift, left, right);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 l2 = *reinterpret_cast<const float2*>(sLse + 8 * i + 2 * t);
+      const float2 d2 = *reinterpret_cast<const float2*>(sDelta + 8 * i + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int x = 4 * i + e;
+        float p = exp2f(fmaf(s[x], scale_log2, -((e & 1) ? l2.y : l2.x)));
+        if (!full && !visible(i0 + 8 * i + 2 * t + (e & 1), j0 + kr + (e >> 1) * 8, Sq, Sk, shift, left, right))
+          p = 0.f;
+        s[x] = p;
+        dp[x] = p * (dp[x] - ((e & 1) ? d2.y : d2.x));
+      }
+    }
+    unsigned pa[BR / 16][4], dsa[BR / 16][4];
+    pack_p<T, BR>(pa, s);
+    pack_p<T, BR>(dsa, dp);
+
+    if (use_atomic_dq) {
+      // dS^T [key][query] in the swizzled layout: this thread's pairs (queries 8i + 2t, +1) of rows kr, kr + 8.
+      unsigned char* const dsg = smem_raw + (sdS - smem_u32(smem_raw));
+#pragma unroll
+      for (int kk = 0; kk < BR / 16; ++kk) {
+        const int c = 16 * kk + 2 * t;
+        *reinterpret_cast<unsigned*>(dsg + sw128_offset<BC>(kr, c)) = dsa[kk][0];
+        *reinterpret_cast<unsigned*>(dsg + sw128_offset<BC>(kr + 8, c)) = dsa[kk][1];
+        *reinterpret_cast<unsigned*>(dsg + sw128_offset<BC>(kr, c + 8)) = dsa[kk][2];
+        *reinterpret_cast<unsigned*>(dsg + sw128_offset<BC>(kr + 8, c + 8)) = dsa[kk][3];
+      }
+      fence_proxy_async();
+    }
+
+    // dV_w += P^T dO, dK_w += dS^T Q. (The A operands' registers are not touched until the wait: the dS^T stores
+    // above come first.)
+#pragma unroll
+    for (int n = 0; n < NPV; ++n) {
+      fence_regs(dk_acc[n]);
+      fence_regs(dv_acc[n]);
+    }
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+      fence_regs(pa[kk]);
+      fence_regs(dsa[kk]);
+    }
+    wgmma_fence();
+    issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
+    issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int n = 0; n < NPV; ++n) {
+      fence_regs(dk_acc[n]);
+      fence_regs(dv_acc[n]);
+    }
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {  // the A operands stay live (unchanged) until the wgmmas read them
+      fence_regs(pa[kk]);
+      fence_regs(dsa[kk]);
+    }
+    __syncthreads();  // sQ, sdO, sLse, sDelta free (every wgmma reading them is complete); sdS complete
+    if (it + 1 < niter) issue(last_tile ? qh + 1 : qh, last_tile ? 0 : qt + 1);
+    cp_async_commit();
+
+    if (use_atomic_dq && 64 * wg < HD) {  // warpgroup wg: dQ columns [64 wg, 64 wg + 64)
+      float dq[32];
+      wgmma_fence();
+      issue_dq<T>(dq, sdS, sK + wg * (BC * 128));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+      // entry e of n8 block i: query 16 warp + g + (e>>1)*8, column 64 wg + 8i + 2t + (e&1)
+      const int ia = i0 + 16 * warp + g;
+      float* pa0 = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + 64 * wg + 2 * t;
+      float* pb0 = pa0 + 8 * HD;
+      if (ia + 8 < Sq) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+          atomicAdd(reinterpret_cast<float2*>(pb0 + 8 * i), make_float2(dq[4 * i + 2], dq[4 * i + 3]));
+        }
+      } else if (ia < Sq) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+      }
+      // sdS is rewritten only after the next iteration's first barrier, which the warpgroups reach after their
+      // dQ wait above
+    }
+    qt = last_tile ? 0 : qt + 1;
+    qh += last_tile;
+  }
+  cp_async_wait<0>();  // nothing left in flight (also when no Q tile was visited)
+
+  // dK * scale, dV (rows j < Sk, columns c < Dout) in T. Entry e of n8 block i of accumulator n: key
+  // kr + (e>>1)*8, column n*64 + 8i + 2t + (e&1).
+  T* dkg = dk + (i64)b * dk_sb + (i64)hk * dk_sh;
+  T* dvg = dv + (i64)b * dv_sb + (i64)hk * dv_sh;
+#pragma unroll
+  for (int n = 0; n < NPV; ++n) {
+#pragma unroll
+    for (int x = 0; x < 32; ++x) {
+      const int j = j0 + kr + ((x >> 1) & 1) * 8;
+      const int c = n * PVN + 8 * (x >> 2) + 2 * t + (x & 1);
+      if (j < Sk && c < Dout) {
+        dkg[(i64)j * dk_ss + c] = from_float<T>(dk_acc[n][x] * scale);
+        dvg[(i64)j * dv_ss + c] = from_float<T>(dv_acc[n][x]);
+      }
+    }
+  }
+}
+
+}  // namespace attn_bwd
+}  // namespace cuflash
