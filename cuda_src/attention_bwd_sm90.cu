@@ -1,5 +1,6 @@
 // attention_bwd_sm90.cu — the dK/dV pass of the attention backward on Hopper (sm_90a): warpgroup MMA
-// (wgmma.mma_async) for all five products. Study kernel (cuflash.attention_bwd.SM90_DKDV), not yet run on a GPU.
+// (wgmma.mma_async) for all five products. The default on compute capability 9.0 at head_dim 64 / 128
+// (cuflash.attention_bwd.SM90_DKDV).
 //
 // The same algorithm and interface as bwd_dkdv in attention_bwd.cu (FlashAttention-2, Dao 2023, Alg. 2; the
 // Hopper mapping after FlashAttention-3, Shah et al. 2024, arXiv:2407.08608, Sec. 3 and App. B): the block owns
@@ -81,12 +82,14 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   load_tile_sw128<T, HD, BC, NT>(sV, v + (i64)b * v_sb + (i64)hk * v_sh, v_ss, j0, Sk, tid);
 
   // The loads of iteration (query head qh of the group, Q tile qt): Q_i, dO_i by cp.async, lse and Delta directly.
+  const T* const qg = q + (i64)b * q_sb + (i64)hk * group * q_sh;  // query head 0 of the group
+  const T* const dog = dout + (i64)b * do_sb + (i64)hk * group * do_sh;
+  const i64 rb0 = ((i64)b * Hq + (i64)hk * group) * Sq;
   auto issue = [&](int qh, int qt) {
-    const int h = hk * group + qh;
     const int i0 = it0 + qt * BR;
-    load_tile_sw128<T, HD, BR, NT>(sQ, q + (i64)b * q_sb + (i64)h * q_sh, q_ss, i0, Sq, tid);
-    load_tile_sw128<T, HD, BR, NT>(sdO, dout + (i64)b * do_sb + (i64)h * do_sh, do_ss, i0, Sq, tid);
-    const i64 rb = ((i64)b * Hq + h) * Sq;
+    load_tile_sw128<T, HD, BR, NT>(sQ, qg + (i64)qh * q_sh, q_ss, i0, Sq, tid);
+    load_tile_sw128<T, HD, BR, NT>(sdO, dog + (i64)qh * do_sh, do_ss, i0, Sq, tid);
+    const i64 rb = rb0 + (i64)qh * Sq;
     if (tid < BR) {
       const int i = i0 + tid;
       sLse[tid] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;  // lse·log2e; +inf: P = 0

@@ -83,9 +83,9 @@ EXTRA_BC = {64: (128,), 128: (64,)}
 ROWS_PER_BLOCK = 8  # preprocess / convert: one warp per row
 SM90_SOURCE = "attention_bwd_sm90.cu"
 SM90_OPTIONS = ("--gpu-architecture=sm_90a",)
-SM90_DKDV = False  # compute capability 9.0, float16/bfloat16, padded head_dim 64 or 128, no block_sizes: the dK/dV
-                   # pass (and the atomic dQ) by warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups). Study
-                   # setting, wip/bwd-wgmma: not yet run on a GPU
+SM90_DKDV = True  # compute capability 9.0, float16/bfloat16, padded head_dim 64 or 128, no block_sizes: the dK/dV
+                  # pass (and the atomic dQ) by warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups); False: the
+                  # mma.sync kernel everywhere (as on sm_80, or with block_sizes given)
 SM90_HEAD_DIMS = (64, 128)
 
 
@@ -121,6 +121,12 @@ def sm90_name(dtype, head_dim: int) -> str:
     return f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, {head_dim}>"
 
 
+def uses_sm90_dkdv(dtype, head_dim_padded: int, device: int, block_sizes=None) -> bool:
+    """Whether attention_backward runs the wgmma dK/dV kernel (bwd_dkdv_sm90) for these arguments."""
+    return (SM90_DKDV and np.dtype(dtype) in (_dtypes.float16, _dtypes.bfloat16) and block_sizes is None
+            and head_dim_padded in SM90_HEAD_DIMS and _compile.compute_capability(device) == 90)
+
+
 def smem_bytes(dtype, head_dim: int, kernel: str, bc: int | None = None) -> int:
     """Dynamic shared memory of the tensor-core kernels (rows padded by 8 elements)."""
     it = np.dtype(dtype).itemsize
@@ -141,7 +147,7 @@ def _declare():
             for bc in EXTRA_BC.get(d, ()):
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16)
-                                   for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS, release=False)
+                                   for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS)
 
 
 _declare()
@@ -236,7 +242,9 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     """Gradients of ``out = attention(q, k, v)`` with respect to q, k, v, recomputing P from ``lse``.
 
     The backward of FlashAttention-2 (Dao 2023, Algorithm 2; the recomputation and ``D = rowsum(dO ∘ O)`` of
-    Dao et al. 2022, Algorithm 4 and Appendix B.2).
+    Dao et al. 2022, Algorithm 4 and Appendix B.2). On Hopper (compute capability 9.0), float16 / bfloat16 with a
+    padded head_dim of 64 or 128 and no ``block_sizes``, the dK/dV pass runs on warpgroup MMA (wgmma; the mapping
+    after FlashAttention-3, Shah et al. 2024, Sec. 3): Br = 64, Bc = 128, two warpgroups of 64 keys.
 
     Parameters
     ----------
@@ -251,8 +259,9 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     deterministic : False (default): dQ is summed over K tiles with float32 atomicAdd, whose order varies, so
         dq may differ in the last bits between runs (dk, dv never do). True: a separate dQ kernel sums in a
         fixed order; results are bitwise identical over repeated runs. float32 inputs are always deterministic.
-    block_sizes : (Br, Bc) of the dK/dV kernel (float16 / bfloat16) overriding the default: (64, 128) at
-        head_dim 128, (64, 64) otherwise; also instantiated: (64, 128) at head_dim 64 and (64, 64) at 128.
+    block_sizes : (Br, Bc) of the mma.sync dK/dV kernel (float16 / bfloat16), chosen instead of the default
+        (the wgmma kernel on Hopper at head_dim 64 / 128; elsewhere (64, 128) at head_dim 128, (64, 64)
+        otherwise); also instantiated: (64, 128) at head_dim 64 and (64, 64) at 128.
         Anything else raises ValueError (also for float32, which then ignores a valid pair).
 
     Returns
@@ -358,7 +367,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     block = (128 * wn,)
     dkdv_args = (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
                  *_st(dk), *_st(dv), *common, np.int32(use_atomic))
-    if SM90_DKDV and d in SM90_HEAD_DIMS and block_sizes is None and _compile.compute_capability(dev) == 90:
+    if uses_sm90_dkdv(dt, d, dev, block_sizes):
         _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d), SM90_OPTIONS),
                         (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args, shared_mem=sm90_smem(d),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")

@@ -137,13 +137,15 @@ def main(argv=None) -> int:
         t = bench.time_cuda(bwd, warmup=a.warmup, rep=a.rep)
         row["cuflash_bwd_ms"] = t["median_ms"]
         row["cuflash_bwd_tflops"] = 2.5 * F / (t["median_ms"] * 1e-3) / 1e12
-        if d in (64, 128):  # the dK/dV kernel with the other Bc (64 or 128 keys per block), same run
-            other = 64 if attention_bwd.DEFAULT_BC[d] == 128 else 128
+        row["dkdv_kernel"] = "wgmma" if attention_bwd.uses_sm90_dkdv(dt, d, q.device.id) else "mma.sync"
+        for bc in (64, 128) if d in (64, 128) else ():  # the mma.sync dK/dV kernel at both Bc, same run (the
+            if row["dkdv_kernel"] == "mma.sync" and bc == attention_bwd.DEFAULT_BC[d]:  # default's is bwd itself)
+                continue
             t = bench.time_cuda(lambda: cuflash.attention_backward(do, q, k, v, out, lse, causal=causal,
                                                                    deterministic=a.deterministic,
-                                                                   block_sizes=(64, other)),
+                                                                   block_sizes=(64, bc)),
                                 warmup=a.warmup, rep=a.rep)
-            row[f"cuflash_bwd_bc{other}_tflops"] = 2.5 * F / (t["median_ms"] * 1e-3) / 1e12
+            row[f"cuflash_bwd_bc{bc}_tflops"] = 2.5 * F / (t["median_ms"] * 1e-3) / 1e12
         if not a.deterministic:  # the other dQ path, same run
             t = bench.time_cuda(lambda: cuflash.attention_backward(do, q, k, v, out, lse, causal=causal,
                                                                    deterministic=True), warmup=a.warmup, rep=a.rep)
@@ -197,9 +199,11 @@ def main(argv=None) -> int:
             "error": "dq_err: max abs error vs float64 on 32 query rows x all heads of batch 0; *_vs_flash: max abs "
                      "difference from torch FLASH gradients",
             "peers": "torch SDPA under sdpa_kernel(FLASH_ATTENTION / CUDNN_ATTENTION), autograd.grad",
-            "dq_path": "deterministic (separate dQ kernel)" if a.deterministic else "float32 atomicAdd"}
+            "dq_path": "deterministic (separate dQ kernel)" if a.deterministic else "float32 atomicAdd",
+            "kernels": "cuflash_bwd: the default (dkdv_kernel: wgmma on Hopper at head_dim 64 / 128, else mma.sync); "
+                       "cuflash_bwd_bc64 / bc128: the mma.sync dK/dV kernel with block_sizes (64, Bc)"}
     path = bench.write_results(a.name, rows, meta)
-    cols = ["dtype", "head_dim", "seqlen", "causal", "cuflash_fwdbwd_tflops", "cuflash_bwd_tflops",
+    cols = ["dtype", "head_dim", "seqlen", "causal", "dkdv_kernel", "cuflash_fwdbwd_tflops", "cuflash_bwd_tflops",
             "cuflash_bwd_bc64_tflops", "cuflash_bwd_bc128_tflops", "cuflash_bwd_det_tflops", "dq_err",
             "torch_flash_fwdbwd_tflops", "torch_flash_bwd_tflops", "torch_flash_dq_err", "torch_cudnn_fwdbwd_tflops",
             "ratio_fwdbwd_vs_flash", "dk_vs_flash", "dv_vs_flash"]

@@ -310,16 +310,17 @@ def test_block_kv_128(rng, cp, dtype, D):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("D", [128, 100, 64, 40])
-def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D):
+@pytest.mark.parametrize("D,sm90", [(128, True), (100, True), (64, True), (40, True), (128, False), (64, False)])
+def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
     """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 64 or 128): tails of both tiles,
     masks, GQA / MQA, the atomic and the deterministic dQ, large logits, against the float64 reference with the
-    default kernel's bounds."""
+    mma.sync kernel's bounds; and with SM90_DKDV off, the mma.sync kernel that Hopper then runs (the default on
+    other devices) on the same cases."""
     from cuflash import _compile, attention_bwd as ab
 
     if _compile.compute_capability(cp.cuda.runtime.getDevice()) != 90:
         pytest.skip("the wgmma backward is compiled for sm_90a")
-    monkeypatch.setattr(ab, "SM90_DKDV", True)
+    monkeypatch.setattr(ab, "SM90_DKDV", sm90)
     dt = DTYPES[dtype]
     for (B, Hq, Hkv, Sq, Sk, causal, window, det) in (
             (2, 4, 4, 113, 203, False, (-1, -1), False), (1, 4, 2, 1, 239, True, (-1, -1), False),
@@ -327,8 +328,8 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D):
             (2, 2, 1, 257, 383, False, (-1, -1), False), (1, 2, 2, 1024, 1023, True, (-1, -1), False),
             (1, 2, 1, 64, 128, False, (-1, -1), False), (1, 1, 1, 129, 1, False, (-1, -1), False)):
         _check(rng, cp, B, Hq, Hkv, Sq, Sk, D, dt, causal=causal, window=window, deterministic=det,
-               what="sm90 dK/dV")
-    _check(rng, cp, 1, 2, 1, 65, 63, D, dt, mag=40.0, what="sm90 dK/dV large")
+               what=f"dK/dV sm90={sm90}")
+    _check(rng, cp, 1, 2, 1, 65, 63, D, dt, mag=40.0, what=f"dK/dV sm90={sm90} large")
 
 
 @pytest.mark.gpu
