@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   const int group = Hq / Hkv;
   const int shift = Sk - Sq;
   const float scale_log2 = scale * LOG2E;
+  const int dhi = right < 0 ? 0x7fffffff : shift + right, dlo = left < 0 ? -0x7fffffff - 1 : shift - left;  // j - i bounds
   const int kr = 64 * wg + 16 * warp + g;  // this thread's key rows kr, kr + 8 of the tile
 
   // Query rows that see at least one key of [j0, j1).
@@ -133,8 +134,10 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       for (int e = 0; e < 4; ++e) {
         const int x = 4 * i + e;
         float p = exp2f(fmaf(s[x], scale_log2, -((e & 1) ? l2.y : l2.x)));
-        if (!full && !visible(i0 + 8 * i + 2 * t + (e & 1), j0 + kr + (e >> 1) * 8, Sq, Sk, shift, left, right))
-          p = 0.f;
+        if (!full) {  // visible(i, j): i < Sq, j < Sk, dlo <= j - i <= dhi
+          const int qi = i0 + 8 * i + 2 * t + (e & 1), kj = j0 + kr + (e >> 1) * 8;
+          if (qi >= Sq || kj >= Sk || kj - qi > dhi || kj - qi < dlo) p = 0.f;
+        }
         s[x] = p;
         dp[x] = p * (dp[x] - ((e & 1) ? d2.y : d2.x));
       }
