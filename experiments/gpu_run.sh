@@ -3,22 +3,35 @@
 # included) and the named benchmark/experiment commands, writes the record to experiments/results/, and packs
 # results + plots into $OUT/results.tgz for the checkout to commit.
 #   usage: bash experiments/gpu_run.sh [TAG] [-- extra pytest args]
-# Environment: TEST_TIMEOUT (default 540 s: the full suite took ~370 s with -n 14 on the H200 at 5b8c90e, before
-# the kernel-cache warm-up and the single canary); BENCH='cmd1;cmd2;...' benchmark commands run after the tests,
-# one at a time (each under `timeout`);
-# the pytest-benchmark files (tests/*_bench.py) are left out of the parallel test run: timings need the GPU alone.
+# Environment: TEST_TIMEOUT (default 540 s for the whole run: the full suite took 255 s of kernel-cache warm-up
+# + 309 s of tests with -n 15 at b3a096c; with a carried cache the warm-up is ~11 s); ITEM_TIMEOUT (default 150 s):
+# pytest-timeout's limit per test (thread method: a test stuck in a kernel fails alone and its worker restarts,
+# instead of the whole record being lost); BENCH='cmd1;cmd2;...' benchmark commands run after the tests, one at a
+# time (each under `timeout`); the pytest-benchmark files (tests/*_bench.py) are left out of the parallel test
+# run: timings need the GPU alone.
+# Kernel cache: CuPy's cache is .kcache/ in the checkout; pieces .kc/kc.tgz.* (carry: [".kc"]) are unpacked into
+# it first, and the cache is packed back into $OUT/kc.tgz.* at the end (copy them to .kc/ for the next call: the
+# cubins are keyed on the cuda_src/ hash, so they serve any later call with the same kernel sources).
 set -u
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.kcache}
 tag=${1:-gpu}; shift || true
 [ "${1:-}" = "--" ] && shift
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" experiments/results plots
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" experiments/results plots "$CUPY_CACHE_DIR"
+# A warm machine may still hold a killed run's pytest and its xdist (execnet) workers, one stuck in a kernel
+pkill -9 -f '^[^ ]*python[0-9.]* (-m pytest|-c import sys;exec)' 2>/dev/null || true
+ls .kc/kc.tgz.* >/dev/null 2>&1 && cat .kc/kc.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR" && echo "kernel cache: $(ls "$CUPY_CACHE_DIR" | wc -l) entries carried in"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader || true
 python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__)"
+per_item=()
+python3 -c "import pytest_timeout" 2>/dev/null && per_item=(--timeout="${ITEM_TIMEOUT:-150}" --timeout-method=thread)
 start=$(date +%s)
 CUFLASH_GPU_RECORD=experiments/results/${tag}_tests.json timeout ${TEST_TIMEOUT:-540} \
   python3 -m pytest -q --maxfail=60 -p no:cacheprovider -o addopts="-ra --benchmark-disable" --ignore-glob="*_bench.py" \
-  --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log" | grep -v "^tests/.* PASSED" | tail -n 80
+  --durations=30 "${per_item[@]}" --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log" \
+  | grep -v "^tests/.* PASSED" | tail -n 80
 echo "tests took $(( $(date +%s) - start )) s"
+(cd "$CUPY_CACHE_DIR" && tar czf - . | split -b 15m - "$OUT/kc.tgz.")  # for the next call (see above)
 IFS=';' read -ra cmds <<< "${BENCH:-}"
 pack() { tar czf "$OUT/results.tgz" experiments/results experiments/REPORT.md plots 2>/dev/null; }
 pack

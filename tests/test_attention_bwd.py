@@ -8,6 +8,7 @@ each result rounded to the dtype, as a framework's math path in that dtype does)
     err(kernel) <= 3 · err(same-precision baseline) + floor,   floor = 1e-5 + 0.5 · eps(dtype) · max|ref|.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -150,10 +151,14 @@ def test_flops_convention():
 # GPU tests.
 @pytest.fixture(scope="module", autouse=True)
 def _precompile_kernels():
-    """Compile all backward kernels in parallel processes once (a cold serial compile would dominate the run)."""
+    """Compile all backward kernels in parallel processes once (a cold serial compile would dominate the run).
+
+    Not in an xdist worker whose controller warmed the cache (conftest): there every worker would start its own
+    pool of processes, each with a CUDA context, whenever it enters this module."""
     from conftest import HAS_GPU
 
-    if HAS_GPU:
+    warmed = os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("CUFLASH_WARM_CACHE", "1") != "0"
+    if HAS_GPU and not warmed:
         try:
             from cuflash import attention_bwd
 
