@@ -26,7 +26,8 @@ python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch._
 per_item=()
 python3 -c "import pytest_timeout" 2>/dev/null && per_item=(--timeout="${ITEM_TIMEOUT:-150}" --timeout-method=thread)
 start=$(date +%s)
-CUFLASH_GPU_RECORD=experiments/results/${tag}_tests.json timeout ${TEST_TIMEOUT:-540} \
+# SIGINT at the limit: pytest stops as on Ctrl-C and still writes the record (exitstatus 2, the counts so far)
+CUFLASH_GPU_RECORD=experiments/results/${tag}_tests.json timeout -s INT -k 30 ${TEST_TIMEOUT:-540} \
   python3 -m pytest -q --maxfail=60 -p no:cacheprovider -o addopts="-ra --benchmark-disable" --ignore-glob="*_bench.py" \
   --durations=30 "${per_item[@]}" --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log" \
   | grep -v "^tests/.* PASSED" | tail -n 80
