@@ -38,12 +38,22 @@ for source, name, opts in json.load(sys.stdin):
 """
 
 
+def warm_cache_enabled() -> bool:
+    """The controller's kernel-cache warm-up is not switched off (``CUFLASH_WARM_CACHE=0``)."""
+    return os.environ.get("CUFLASH_WARM_CACHE", "1") != "0"
+
+
+def cache_warmed_by_controller() -> bool:
+    """In an xdist worker whose controller warmed the kernel cache (see the module docstring)."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER")) and warm_cache_enabled()
+
+
 def pytest_sessionstart(session):
     """xdist controller on a GPU machine: fill CuPy's kernel cache before the workers start (see the docstring)."""
     config = session.config
     jobs = getattr(config.option, "numprocesses", None)
     if (not HAS_GPU or hasattr(config, "workerinput") or not jobs or not isinstance(jobs, int)
-            or os.environ.get("CUFLASH_WARM_CACHE", "1") == "0"):
+            or not warm_cache_enabled()):
         return
     from cuflash import _compile
 

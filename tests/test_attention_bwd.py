@@ -8,7 +8,6 @@ each result rounded to the dtype, as a framework's math path in that dtype does)
     err(kernel) <= 3 · err(same-precision baseline) + floor,   floor = 1e-5 + 0.5 · eps(dtype) · max|ref|.
 """
 import math
-import os
 
 import numpy as np
 import pytest
@@ -155,10 +154,9 @@ def _precompile_kernels():
 
     Not in an xdist worker whose controller warmed the cache (conftest): there every worker would start its own
     pool of processes, each with a CUDA context, whenever it enters this module."""
-    from conftest import HAS_GPU
+    from conftest import HAS_GPU, cache_warmed_by_controller
 
-    warmed = os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("CUFLASH_WARM_CACHE", "1") != "0"
-    if HAS_GPU and not warmed:
+    if HAS_GPU and not cache_warmed_by_controller():
         try:
             from cuflash import attention_bwd
 
