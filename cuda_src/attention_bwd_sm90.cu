@@ -17,7 +17,7 @@
 // dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
 // all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile, the next tile's
 // issued while this one's dQ is computed). Tails: rows past seqlen are zero-filled, their lse is +inf (P = 0).
-// Head_dim 128 (dQ split over the two warpgroups by 64 columns) or 64 (dQ by warpgroup 0 alone).
+// Head_dim 128 or 64: dQ split over the two warpgroups by columns (64 or 32 each).
 #include "cuflash/common.cuh"
 #include "cuflash/mma.cuh"
 #include "cuflash/wgmma.cuh"
@@ -33,16 +33,17 @@ namespace attn_bwd {
 
 constexpr int BR = 64, BC = 128, NT = 256;
 
-// dQ (m64 queries x n64 columns) = dS (queries x BC keys) . K[:, cols]: A = dS^T at sdS (BC key rows of 64
-// queries, one 128-byte-swizzled block), B = the K tile's 64-column block at cKb (BC key rows); both MN-major,
+// dQ (m64 queries x N columns) = dS (queries x BC keys) . K[:, cols]: A = dS^T at sdS (BC key rows of 64
+// queries, one 128-byte-swizzled block), B = N columns of the K tile's 64-column block from cKb (BC key rows;
+// N = 32 starts 64 bytes into the swizzled rows, the swizzle being a function of the address); both MN-major,
 // k16 steps down the key rows (SBO = 1024 bytes per 8 rows; one 64-wide block each, LBO unused).
-template <typename T>
-__device__ __forceinline__ void issue_dq(float (&dq)[32], unsigned sdS, unsigned cKb) {
+template <typename T, int N>
+__device__ __forceinline__ void issue_dq(float (&dq)[N / 2], unsigned sdS, unsigned cKb) {
 #pragma unroll
   for (int kk = 0; kk < BC / 16; ++kk) {
     const unsigned long long da = wgmma_desc(sdS + kk * 16 * 128, 1024, 1024);
     const unsigned long long db = wgmma_desc(cKb + kk * 16 * 128, 1024, 1024);
-    WgmmaSSt<T, 64>::run(dq, da, db, kk > 0 ? 1 : 0);
+    WgmmaSSt<T, N>::run(dq, da, db, kk > 0 ? 1 : 0);
   }
 }
 
@@ -57,6 +58,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: 64 columns per warpgroup)");
   constexpr int KV_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, DS_BYTES = BC * BR * 2;
   constexpr int PVN = 64, NPV = HD / PVN;  // dK, dV: NPV wgmmas of n64 per k16 step, 32 floats each
+  constexpr int DQN = HD / 2;              // dQ columns per warpgroup (each warpgroup computes half)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const unsigned sK = sbase, sV = sK + KV_BYTES, sQ = sV + KV_BYTES, sdO = sQ + Q_BYTES, sdS = sdO + Q_BYTES;
@@ -191,26 +193,27 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     if (it + 1 < niter) issue(last_tile ? qh + 1 : qh, last_tile ? 0 : qt + 1);
     cp_async_commit();
 
-    if (use_atomic_dq && 64 * wg < HD) {  // warpgroup wg: dQ columns [64 wg, 64 wg + 64)
-      float dq[32];
+    if (use_atomic_dq) {  // warpgroup wg: dQ columns [DQN wg, DQN wg + DQN)
+      float dq[DQN / 2];
       wgmma_fence();
-      issue_dq<T>(dq, sdS, sK + wg * (BC * 128));
+      // head_dim 128: the wg-th 64-column block of K; 64: 32 columns of the one block, 64 bytes apart
+      issue_dq<T, DQN>(dq, sdS, sK + (HD == 128 ? wg * (BC * 128) : wg * 64));
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(dq);
-      // entry e of n8 block i: query 16 warp + g + (e>>1)*8, column 64 wg + 8i + 2t + (e&1)
+      // entry e of n8 block i: query 16 warp + g + (e>>1)*8, column DQN wg + 8i + 2t + (e&1)
       const int ia = i0 + 16 * warp + g;
-      float* pa0 = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + 64 * wg + 2 * t;
+      float* pa0 = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + DQN * wg + 2 * t;
       float* pb0 = pa0 + 8 * HD;
       if (ia + 8 < Sq) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < DQN / 8; ++i) {
           atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
           atomicAdd(reinterpret_cast<float2*>(pb0 + 8 * i), make_float2(dq[4 * i + 2], dq[4 * i + 3]));
         }
       } else if (ia < Sq) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
+        for (int i = 0; i < DQN / 8; ++i)
           atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
       }
       // sdS is rewritten only after the next iteration's first barrier, which the warpgroups reach after their
