@@ -11,9 +11,9 @@
 //   P^T  = exp2(S^T * scale * log2e - lse * log2e), masked entries 0;  dS^T = P^T o (dP^T - Delta)
 //   dV_w += P^T dO_i            wgmma m64n{HD}, A = P^T rounded to T in registers, B = dO tile MN-major
 //   dK_w += dS^T Q_i            wgmma m64n{HD}, A = dS^T in registers, B = Q tile MN-major
-//   (atomic dQ) dS^T to shared memory; warpgroup w: dQ_i[:, 64w .. 64w + 64) = dS K[:, 64w ..] by wgmma m64n64
-//   with both operands MN-major (dS^T and K are stored key by key), added to the float32 accumulator with
-//   atomicAdd (float2).
+//   (atomic dQ) dS^T to shared memory; warpgroup w: dQ_i[:, Nw .. Nw + N) = dS K[:, Nw ..] by wgmma m64nN,
+//   N = head_dim / 2, with both operands MN-major (dS^T and K are stored key by key), added to the float32
+//   accumulator with atomicAdd (float2).
 // dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
 // all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile, the next tile's
 // issued while this one's dQ is computed). Tails: rows past seqlen are zero-filled, their lse is +inf (P = 0).
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
     i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
     int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int use_atomic_dq) {
-  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: 64 columns per warpgroup)");
+  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: head_dim / 2 columns per warpgroup)");
   constexpr int KV_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, DS_BYTES = BC * BR * 2;
   constexpr int PVN = 64, NPV = HD / PVN;  // dK, dV: NPV wgmmas of n64 per k16 step, 32 floats each
   constexpr int DQN = HD / 2;              // dQ columns per warpgroup (each warpgroup computes half)
