@@ -15,8 +15,9 @@
 //   N = head_dim / 2, with both operands MN-major (dS^T and K are stored key by key), added to the float32
 //   accumulator with atomicAdd (float2).
 // dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
-// all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile, the next tile's
-// issued while this one's dQ is computed). Tails: rows past seqlen are zero-filled, their lse is +inf (P = 0).
+// all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile). STAGES = 1: one
+// buffer, the next tile's loads issued while this one's dQ is computed; 2: two buffers, the tile after next
+// issued there, so its loads have a whole iteration. Tails: rows past seqlen are zero-filled (P = 0 there).
 // Head_dim 128 or 64: dQ split over the two warpgroups by columns (64 or 32 each).
 #include "cuflash/common.cuh"
 #include "cuflash/mma.cuh"
@@ -47,7 +48,7 @@ __device__ __forceinline__ void issue_dq(float (&dq)[N / 2], unsigned sdS, unsig
   }
 }
 
-template <typename T, int HD>
+template <typename T, int HD, int STAGES>
 __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
     const float* __restrict__ lse_safe, const float* __restrict__ delta, float* __restrict__ dq_accum,
@@ -56,14 +57,15 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
     int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int use_atomic_dq) {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: head_dim / 2 columns per warpgroup)");
+  static_assert(STAGES == 1 || STAGES == 2, "Q/dO/lse/Delta buffers: 1 or 2");
   constexpr int KV_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, DS_BYTES = BC * BR * 2;
   constexpr int PVN = 64, NPV = HD / PVN;  // dK, dV: NPV wgmmas of n64 per k16 step, 32 floats each
   constexpr int DQN = HD / 2;              // dQ columns per warpgroup (each warpgroup computes half)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const unsigned sK = sbase, sV = sK + KV_BYTES, sQ = sV + KV_BYTES, sdO = sQ + Q_BYTES, sdS = sdO + Q_BYTES;
-  float* const sLse = reinterpret_cast<float*>(smem_raw + (sdS + DS_BYTES - smem_u32(smem_raw)));
-  float* const sDelta = sLse + BR;
+  // K, V | STAGES x (Q, dO) | dS^T | STAGES x (lse, Delta)
+  const unsigned sK = sbase, sV = sK + KV_BYTES, sQ0 = sV + KV_BYTES, sdS = sQ0 + STAGES * 2 * Q_BYTES;
+  float* const sLse0 = reinterpret_cast<float*>(smem_raw + (sdS + DS_BYTES - smem_u32(smem_raw)));
 
   const int tid = threadIdx.x, wg = tid >> 7;
   const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -84,23 +86,42 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   load_tile_sw128<T, HD, BC, NT>(sK, k + (i64)b * k_sb + (i64)hk * k_sh, k_ss, j0, Sk, tid);
   load_tile_sw128<T, HD, BC, NT>(sV, v + (i64)b * v_sb + (i64)hk * v_sh, v_ss, j0, Sk, tid);
 
-  // The loads of iteration (query head qh of the group, Q tile qt): Q_i, dO_i by cp.async, lse and Delta directly.
+  // The loads of iteration (query head qh of the group, Q tile qt) into buffer st: Q_i, dO_i by cp.async; lse
+  // (scaled by log2e, +inf past seqlen_q: P = 0) and Delta directly with one buffer; with two, lse and Delta by
+  // cp.async too (raw lse, 0 past seqlen_q, where the per-entry mask zeroes P: such a tile is never full).
   const T* const qg = q + (i64)b * q_sb + (i64)hk * group * q_sh;  // query head 0 of the group
   const T* const dog = dout + (i64)b * do_sb + (i64)hk * group * do_sh;
   const i64 rb0 = ((i64)b * Hq + (i64)hk * group) * Sq;
-  auto issue = [&](int qh, int qt) {
+  auto issue = [&](int qh, int qt, int st) {
     const int i0 = it0 + qt * BR;
+    const unsigned sQ = sQ0 + st * 2 * Q_BYTES;
     load_tile_sw128<T, HD, BR, NT>(sQ, qg + (i64)qh * q_sh, q_ss, i0, Sq, tid);
-    load_tile_sw128<T, HD, BR, NT>(sdO, dog + (i64)qh * do_sh, do_ss, i0, Sq, tid);
+    load_tile_sw128<T, HD, BR, NT>(sQ + Q_BYTES, dog + (i64)qh * do_sh, do_ss, i0, Sq, tid);
     const i64 rb = rb0 + (i64)qh * Sq;
-    if (tid < BR) {
-      const int i = i0 + tid;
-      sLse[tid] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;  // lse·log2e; +inf: P = 0
-      sDelta[tid] = i < Sq ? delta[rb + i] : 0.f;
+    float* const sLse = sLse0 + st * 2 * BR;
+    if constexpr (STAGES == 1) {
+      if (tid < BR) {
+        const int i = i0 + tid;
+        sLse[tid] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;  // lse·log2e; +inf: P = 0
+        sLse[BR + tid] = i < Sq ? delta[rb + i] : 0.f;
+      }
+    } else if (tid < 2 * BR) {
+      const int r = tid & (BR - 1), i = i0 + r;
+      const float* src = tid < BR ? lse_safe : delta;
+      cp_async_4(smem_u32(sLse + tid), i < Sq ? src + rb + i : src, i < Sq);
     }
   };
-  if (niter > 0) issue(0, 0);
+  int lqh = 0, lqt = 0;  // the next iteration to load
+  auto load_next = [&](int st) {
+    issue(lqh, lqt, st);
+    if (++lqt == ntiles) { lqt = 0; ++lqh; }
+  };
+  if (niter > 0) load_next(0);
   cp_async_commit();
+  if constexpr (STAGES == 2) {
+    if (niter > 1) load_next(1);
+    cp_async_commit();
+  }
 
   float dk_acc[NPV][32], dv_acc[NPV][32];
 #pragma unroll
@@ -112,7 +133,11 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     const int i0 = it0 + qt * BR;
     const int h = hk * group + qh;
     const bool last_tile = qt + 1 == ntiles;  // of this query head
-    cp_async_wait<0>();
+    const int st = STAGES == 2 ? it & 1 : 0;
+    const unsigned sQ = sQ0 + st * 2 * Q_BYTES, sdO = sQ + Q_BYTES;
+    const float* const sLse = sLse0 + st * 2 * BR;
+    const float* const sDelta = sLse + BR;
+    cp_async_wait<STAGES - 1>();  // this iteration's group (two buffers: the next one's may be in flight)
     fence_proxy_async();  // the cp.async data (generic proxy) -> wgmma (async proxy)
     __syncthreads();
 
@@ -130,7 +155,8 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     const bool full = tile_visible(i0, BR, j0, BC, Sq, Sk, shift, left, right);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float2 l2 = *reinterpret_cast<const float2*>(sLse + 8 * i + 2 * t);
+      float2 l2 = *reinterpret_cast<const float2*>(sLse + 8 * i + 2 * t);
+      if constexpr (STAGES == 2) l2 = make_float2(l2.x * LOG2E, l2.y * LOG2E);  // raw lse there
       const float2 d2 = *reinterpret_cast<const float2*>(sDelta + 8 * i + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -190,7 +216,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       fence_regs(dsa[kk]);
     }
     __syncthreads();  // sQ, sdO, sLse, sDelta free (every wgmma reading them is complete); sdS complete
-    if (it + 1 < niter) issue(last_tile ? qh + 1 : qh, last_tile ? 0 : qt + 1);
+    if (it + STAGES < niter) load_next(st);  // into the buffer just read: iteration it + STAGES
     cp_async_commit();
 
     if (use_atomic_dq) {  // warpgroup wg: dQ columns [DQN wg, DQN wg + DQN)
