@@ -111,15 +111,10 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       cp_async_4(smem_u32(sLse + tid), i < Sq ? src + rb + i : src, i < Sq);
     }
   };
-  int lqh = 0, lqt = 0;  // the next iteration to load
-  auto load_next = [&](int st) {
-    issue(lqh, lqt, st);
-    if (++lqt == ntiles) { lqt = 0; ++lqh; }
-  };
-  if (niter > 0) load_next(0);
+  if (niter > 0) issue(0, 0, 0);
   cp_async_commit();
-  if constexpr (STAGES == 2) {
-    if (niter > 1) load_next(1);
+  if constexpr (STAGES == 2) {  // iteration 1: the next Q tile, or the next query head's first
+    if (niter > 1) issue(ntiles > 1 ? 0 : 1, ntiles > 1 ? 1 : 0, 1);
     cp_async_commit();
   }
 
@@ -216,7 +211,14 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       fence_regs(dsa[kk]);
     }
     __syncthreads();  // sQ, sdO, sLse, sDelta free (every wgmma reading them is complete); sdS complete
-    if (it + STAGES < niter) load_next(st);  // into the buffer just read: iteration it + STAGES
+    if (it + STAGES < niter) {  // iteration it + STAGES, into the buffer just read
+      if constexpr (STAGES == 1) {
+        issue(last_tile ? qh + 1 : qh, last_tile ? 0 : qt + 1, 0);
+      } else {
+        const int qt2 = qt + 2, wrap = qt2 >= ntiles ? (qt2 >= 2 * ntiles ? 2 : 1) : 0;  // ntiles may be 1
+        issue(qh + wrap, qt2 - wrap * ntiles, st);
+      }
+    }
     cp_async_commit();
 
     if (use_atomic_dq) {  // warpgroup wg: dQ columns [DQN wg, DQN wg + DQN)

@@ -1,8 +1,9 @@
-// cuflash/async_copy.cuh — cp.async (sm_80+): 16-byte copies from global to shared memory that need no
-// registers while in flight, so a kernel can keep many more bytes in flight than its register file holds.
+// cuflash/async_copy.cuh — cp.async (sm_80+): 16-byte (and 4-byte) copies from global to shared memory that
+// need no registers while in flight, so a kernel can keep many more bytes in flight than its register file holds.
 //   smem_u32(p)              the 32-bit shared-window address of a shared-memory pointer
 //   cp_async_16(dst, src, p) copy 16 bytes when p, else write 16 zero bytes (nothing is read; src must still be
 //                            a valid-looking address, e.g. a base pointer). .cg: cached in L2 only.
+//   cp_async_4(dst, src, p)  the same for 4 bytes (.ca: .cg copies only 16)
 //   cp_async_commit()        closes the group of this thread's copies issued since the last commit
 //   cp_async_wait<N>()       waits until at most N of this thread's committed groups are still in flight; other
 //                            threads' copies need a barrier (__syncthreads / __syncwarp) before they are read
