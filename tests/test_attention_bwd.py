@@ -331,7 +331,9 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
             (2, 4, 4, 113, 203, False, (-1, -1), False), (1, 4, 2, 1, 239, True, (-1, -1), False),
             (1, 3, 1, 1023, 1024, False, (100, 20), False), (1, 4, 2, 300, 70, True, (-1, -1), True),
             (2, 2, 1, 257, 383, False, (-1, -1), False), (1, 2, 2, 1024, 1023, True, (-1, -1), False),
-            (1, 2, 1, 64, 128, False, (-1, -1), False), (1, 1, 1, 129, 1, False, (-1, -1), False)):
+            (1, 2, 1, 64, 128, False, (-1, -1), False), (1, 1, 1, 129, 1, False, (-1, -1), False),
+            # one Q tile in a block, and blocks with none (a local window): the second buffer's prologue empty
+            (1, 1, 1, 50, 128, False, (-1, -1), False), (1, 1, 1, 2, 300, True, (3, 0), False)):
         _check(rng, cp, B, Hq, Hkv, Sq, Sk, D, dt, causal=causal, window=window, deterministic=det,
                what=f"dK/dV sm90={sm90}")
     _check(rng, cp, 1, 2, 1, 65, 63, D, dt, mag=40.0, what=f"dK/dV sm90={sm90} large")
