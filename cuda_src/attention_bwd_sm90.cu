@@ -48,7 +48,7 @@ __device__ __forceinline__ void issue_dq(float (&dq)[N / 2], unsigned sdS, unsig
   }
 }
 
-template <typename T, int HD, int STAGES>
+template <typename T, int HD, int STAGES, bool OVL>
 __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
     const float* __restrict__ lse_safe, const float* __restrict__ delta, float* __restrict__ dq_accum,
@@ -139,38 +139,36 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     // S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each). Entry e of n8 block i: key kr + (e>>1)*8,
     // query 8i + 2t + (e&1).
     float s[32], dp[32];
-    wgmma_fence();
-    issue_qk<T, HD, BC, BR>(s, sK + 64 * wg * 128, sQ);
-    issue_qk<T, HD, BC, BR>(dp, sV + 64 * wg * 128, sdO);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(dp);
-
     const bool full = tile_visible(i0, BR, j0, BC, Sq, Sk, shift, left, right);
+    // P^T = exp2(S^T scale log2e - lse log2e), masked (in place of S^T)
+    auto softmax_p = [&]() {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      float2 l2 = *reinterpret_cast<const float2*>(sLse + 8 * i + 2 * t);
-      if constexpr (STAGES == 2) l2 = make_float2(l2.x * LOG2E, l2.y * LOG2E);  // raw lse there
-      const float2 d2 = *reinterpret_cast<const float2*>(sDelta + 8 * i + 2 * t);
+      for (int i = 0; i < 8; ++i) {
+        float2 l2 = *reinterpret_cast<const float2*>(sLse + 8 * i + 2 * t);
+        if constexpr (STAGES == 2) l2 = make_float2(l2.x * LOG2E, l2.y * LOG2E);  // raw lse there
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int x = 4 * i + e;
-        float p = exp2f(fmaf(s[x], scale_log2, -((e & 1) ? l2.y : l2.x)));
-        if (!full) {  // visible(i, j): i < Sq, j < Sk, dlo <= j - i <= dhi
-          const int qi = i0 + 8 * i + 2 * t + (e & 1), kj = j0 + kr + (e >> 1) * 8;
-          if (qi >= Sq || kj >= Sk || kj - qi > dhi || kj - qi < dlo) p = 0.f;
+        for (int e = 0; e < 4; ++e) {
+          const int x = 4 * i + e;
+          float p = exp2f(fmaf(s[x], scale_log2, -((e & 1) ? l2.y : l2.x)));
+          if (!full) {  // visible(i, j): i < Sq, j < Sk, dlo <= j - i <= dhi
+            const int qi = i0 + 8 * i + 2 * t + (e & 1), kj = j0 + kr + (e >> 1) * 8;
+            if (qi >= Sq || kj >= Sk || kj - qi > dhi || kj - qi < dlo) p = 0.f;
+          }
+          s[x] = p;
         }
-        s[x] = p;
-        dp[x] = p * (dp[x] - ((e & 1) ? d2.y : d2.x));
       }
-    }
-    unsigned pa[BR / 16][4], dsa[BR / 16][4];
-    pack_p<T, BR>(pa, s);
-    pack_p<T, BR>(dsa, dp);
-
-    if (use_atomic_dq) {
-      // dS^T [key][query] in the swizzled layout: this thread's pairs (queries 8i + 2t, +1) of rows kr, kr + 8.
+    };
+    // dS^T = P^T o (dP^T - Delta) (in place of dP^T)
+    auto softmax_ds = [&]() {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float2 d2 = *reinterpret_cast<const float2*>(sDelta + 8 * i + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[4 * i + e] = s[4 * i + e] * (dp[4 * i + e] - ((e & 1) ? d2.y : d2.x));
+      }
+    };
+    // dS^T [key][query] in the swizzled layout: this thread's pairs (queries 8i + 2t, +1) of rows kr, kr + 8.
+    auto store_ds = [&](const unsigned (&dsa)[BR / 16][4]) {
       unsigned char* const dsg = smem_raw + (sdS - smem_u32(smem_raw));
 #pragma unroll
       for (int kk = 0; kk < BR / 16; ++kk) {
@@ -181,25 +179,73 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
         *reinterpret_cast<unsigned*>(dsg + sw128_offset<BC>(kr + 8, c + 8)) = dsa[kk][3];
       }
       fence_proxy_async();
-    }
+    };
+    unsigned pa[BR / 16][4], dsa[BR / 16][4];
+    if constexpr (!OVL) {
+      wgmma_fence();
+      issue_qk<T, HD, BC, BR>(s, sK + 64 * wg * 128, sQ);
+      issue_qk<T, HD, BC, BR>(dp, sV + 64 * wg * 128, sdO);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(dp);
+      softmax_p();
+      softmax_ds();
+      pack_p<T, BR>(pa, s);
+      pack_p<T, BR>(dsa, dp);
+      if (use_atomic_dq) store_ds(dsa);
 
-    // dV_w += P^T dO, dK_w += dS^T Q. (The A operands' registers are not touched until the wait: the dS^T stores
-    // above come first.)
+      // dV_w += P^T dO, dK_w += dS^T Q. (The A operands' registers are not touched until the wait: the dS^T
+      // stores above come first.)
 #pragma unroll
-    for (int n = 0; n < NPV; ++n) {
-      fence_regs(dk_acc[n]);
-      fence_regs(dv_acc[n]);
-    }
+      for (int n = 0; n < NPV; ++n) {
+        fence_regs(dk_acc[n]);
+        fence_regs(dv_acc[n]);
+      }
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; ++kk) {
-      fence_regs(pa[kk]);
-      fence_regs(dsa[kk]);
+      for (int kk = 0; kk < BR / 16; ++kk) {
+        fence_regs(pa[kk]);
+        fence_regs(dsa[kk]);
+      }
+      wgmma_fence();
+      issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
+      issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
+      wgmma_commit();
+      wgmma_wait<0>();
+    } else {
+      // Overlapped: S^T and dP^T in two groups; P^T while dP^T runs, then dV += P^T dO issued; dS^T while that
+      // runs, then dK += dS^T Q. Each wgmma issue needs the values computed before it, so ptxas cannot hoist
+      // the waits above them.
+      wgmma_fence();
+      issue_qk<T, HD, BC, BR>(s, sK + 64 * wg * 128, sQ);
+      wgmma_commit();
+      issue_qk<T, HD, BC, BR>(dp, sV + 64 * wg * 128, sdO);
+      wgmma_commit();
+      wgmma_wait<1>();  // S^T
+      fence_regs(s);
+      softmax_p();
+      pack_p<T, BR>(pa, s);
+#pragma unroll
+      for (int n = 0; n < NPV; ++n) fence_regs(dv_acc[n]);
+#pragma unroll
+      for (int kk = 0; kk < BR / 16; ++kk) fence_regs(pa[kk]);
+      wgmma_fence();
+      issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T (dV may run on)
+      fence_regs(dp);
+      softmax_ds();
+      pack_p<T, BR>(dsa, dp);
+      if (use_atomic_dq) store_ds(dsa);
+#pragma unroll
+      for (int n = 0; n < NPV; ++n) fence_regs(dk_acc[n]);
+#pragma unroll
+      for (int kk = 0; kk < BR / 16; ++kk) fence_regs(dsa[kk]);
+      wgmma_fence();
+      issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
+      wgmma_commit();
+      wgmma_wait<0>();
     }
-    wgmma_fence();
-    issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
-    issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
-    wgmma_commit();
-    wgmma_wait<0>();
 #pragma unroll
     for (int n = 0; n < NPV; ++n) {
       fence_regs(dk_acc[n]);

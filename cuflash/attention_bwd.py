@@ -90,6 +90,7 @@ SM90_HEAD_DIMS = (64, 128)
 SM90_STAGES = 1   # Q / dO / lse / Delta buffers of bwd_dkdv_sm90; 2 (study setting, not yet measured): the tile
                   # after next is loaded while this one is used
 SM90_STAGE_CHOICES = (1, 2)
+SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait)
 
 
 def sm90_smem(head_dim: int, stages: int = 1) -> int:
@@ -120,9 +121,11 @@ def kernel_names(dtype, head_dim: int, bc: int | None = None) -> dict:
     return names
 
 
-def sm90_name(dtype, head_dim: int, stages: int = 1) -> str:
-    """The wgmma dK/dV kernel for a 16-bit dtype, a padded head_dim of SM90_HEAD_DIMS and its Q/dO buffers."""
-    return f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, {head_dim}, {stages}>"
+def sm90_name(dtype, head_dim: int, stages: int = 1, overlap: bool = False) -> str:
+    """The wgmma dK/dV kernel for a 16-bit dtype, a padded head_dim of SM90_HEAD_DIMS, its Q/dO buffers and
+    whether the softmax steps overlap the wgmmas (SM90_OVERLAP)."""
+    return (f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, {head_dim}, {stages}, "
+            f"{'true' if overlap else 'false'}>")
 
 
 def uses_sm90_dkdv(dtype, head_dim_padded: int, device: int, block_sizes=None) -> bool:
@@ -152,8 +155,9 @@ def _declare():
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16)
                                    for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS)
-    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, 2) for dt in (_dtypes.float16, _dtypes.bfloat16)
-                                   for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS, release=False)
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, st, ov) for dt in (_dtypes.float16, _dtypes.bfloat16)
+                                   for d in SM90_HEAD_DIMS for st in SM90_STAGE_CHOICES for ov in (False, True)
+                                   if (st, ov) != (1, False)], extra_options=SM90_OPTIONS, release=False)
 
 
 _declare()
@@ -376,7 +380,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     if uses_sm90_dkdv(dt, d, dev, block_sizes):
         if SM90_STAGES not in SM90_STAGE_CHOICES:
             raise ValueError(f"attention_bwd.SM90_STAGES must be one of {SM90_STAGE_CHOICES}, got {SM90_STAGES!r}")
-        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES), SM90_OPTIONS),
+        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES, bool(SM90_OVERLAP)),
+                                            SM90_OPTIONS),
                         (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args, shared_mem=sm90_smem(d, SM90_STAGES),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
     else:

@@ -131,8 +131,8 @@ def test_declared_kernels_and_shared_memory():
     decl = [d for d in _compile.declared() if d[0] == ab.SOURCE]
     assert 0 < len(decl) <= 32  # the lead asked for about 30
     sm90 = {n for s, n, _, _ in _compile.declared() if s == ab.SM90_SOURCE}
-    assert {ab.sm90_name(dt, d, st) for dt in (_dtypes.float16, _dtypes.bfloat16) for d in ab.SM90_HEAD_DIMS
-            for st in ab.SM90_STAGE_CHOICES} == sm90
+    assert {ab.sm90_name(dt, d, st, ov) for dt in (_dtypes.float16, _dtypes.bfloat16) for d in ab.SM90_HEAD_DIMS
+            for st in ab.SM90_STAGE_CHOICES for ov in (False, True)} == sm90
     assert all(ab.sm90_smem(d, st) <= 227 * 1024 for d in ab.SM90_HEAD_DIMS for st in ab.SM90_STAGE_CHOICES)
     for dt in (_dtypes.float16, _dtypes.bfloat16):
         for d in (32, 64, 96, 128, 256):
@@ -317,7 +317,7 @@ def test_block_kv_128(rng, cp, dtype, D):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("D,sm90", [(128, True), (100, True), (64, True), (40, True), (128, False), (64, False),
-                                    (128, 2), (64, 2)])
+                                    (128, 2), (64, 2), (128, "ovl"), (64, "ovl"), (128, "2ovl"), (64, "2ovl")])
 def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
     """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 64 or 128): tails of both tiles,
     masks, GQA / MQA, the atomic and the deterministic dQ, large logits, against the float64 reference with the
@@ -328,7 +328,9 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
     if _compile.compute_capability(cp.cuda.runtime.getDevice()) != 90:
         pytest.skip("the wgmma backward is compiled for sm_90a")
     monkeypatch.setattr(ab, "SM90_DKDV", bool(sm90))
-    monkeypatch.setattr(ab, "SM90_STAGES", 2 if sm90 == 2 else 1)  # sm90 = 2: the two-buffer study kernel
+    # study kernels: 2 = two Q/dO buffers (SM90_STAGES), "ovl" = SM90_OVERLAP, "2ovl" = both
+    monkeypatch.setattr(ab, "SM90_STAGES", 2 if sm90 in (2, "2ovl") else 1)
+    monkeypatch.setattr(ab, "SM90_OVERLAP", sm90 in ("ovl", "2ovl"))
     dt = DTYPES[dtype]
     for (B, Hq, Hkv, Sq, Sk, causal, window, det) in (
             (2, 4, 4, 113, 203, False, (-1, -1), False), (1, 4, 2, 1, 239, True, (-1, -1), False),
