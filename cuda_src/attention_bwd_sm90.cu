@@ -214,8 +214,8 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       wgmma_wait<0>();
     } else {
       // Overlapped: S^T and dP^T in two groups; P^T while dP^T runs, then dV += P^T dO issued; dS^T while that
-      // runs, then dK += dS^T Q. Each wgmma issue needs the values computed before it, so ptxas cannot hoist
-      // the waits above them.
+      // runs, then dK += dS^T Q. The waits are placed by the data they release (S^T for P^T; fence_regs(dp) for
+      // dS^T) and each issue needs the values computed before it.
       wgmma_fence();
       issue_qk<T, HD, BC, BR>(s, sK + 64 * wg * 128, sQ);
       wgmma_commit();

@@ -345,6 +345,30 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sm90_study_settings_change_only_the_order(rng, cp, monkeypatch, D, causal):
+    """SM90_STAGES = 2 and SM90_OVERLAP reorder loads and wgmma issues only: with the deterministic dQ, dq, dk
+    and dv are bitwise those of the release kernel (same A fragments, same wgmma chains)."""
+    from cuflash import _compile, attention, attention_backward, attention_bwd as ab
+
+    if _compile.compute_capability(cp.cuda.runtime.getDevice()) != 90:
+        pytest.skip("the wgmma backward is compiled for sm_90a")
+    dt = DTYPES["bfloat16"]
+    q, k, v, do = (_dev(a, dt, cp) for a in _inputs(rng, 2, 4, 2, 300, 515, D, dt))
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    monkeypatch.setattr(ab, "SM90_DKDV", True)
+    got = {}
+    for st, ov in ((1, False), (2, False), (1, True), (2, True)):
+        monkeypatch.setattr(ab, "SM90_STAGES", st)
+        monkeypatch.setattr(ab, "SM90_OVERLAP", ov)
+        got[(st, ov)] = attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=True)
+    for key, g in got.items():
+        for name, a, b in zip("qkv", g, got[(1, False)]):
+            assert bool(cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))), f"d{name} differs at {key}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("D", [32, 96, 256, 17])
 def test_head_dims_float32(rng, cp, D):
     _check(rng, cp, 1, 4, 2, 77, 131, D, _dtypes.float32, causal=True, what="head_dim fp32")

@@ -3,7 +3,8 @@
 # head_dim 64 dQ split over both warpgroups (always on in this branch), SM90_STAGES = 2 (two Q/dO/lse/Delta
 # buffers), SM90_OVERLAP (P^T while dP^T's wgmma runs, dS^T while dV's does). memcheck on small calls, the
 # test_sm90_dkdv matrix (one process), then the bwd bench, bf16, head_dim 64 / 128, 1K and 16K, at
-# (stages, overlap) = (1, off) with torch, (2, off), (1, on), (2, on). Limits add to 580 s; results packed per step.
+# (stages, overlap) = (1, off) with torch, (2, off), (1, on), (2, on). Limits add to 580 s (the bench with torch
+# 80 s, the others 70 s); results packed per step.
 #   CUFLASH_COMMIT=<hash> bash experiments/scratch/bwd_next_call.sh
 set -u
 export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -18,16 +19,16 @@ for st, ov in ((1, False), (2, True)):
         print(st, ov, d, [float(abs(g.astype(cp.float32)).max()) for g in cuflash.attention_backward(do, q, k, v, o, lse, causal=True)])'
 timeout 90 compute-sanitizer --tool memcheck python -c "$small" 2>&1 | tail -5
 CUFLASH_GPU_RECORD=experiments/results/h200_bwd_next_tests.json timeout 200 python -m pytest -q -p no:xdist \
-  -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=90 tests/test_attention_bwd.py -k "sm90_dkdv" 2>&1 | tail -8
+  -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=90 tests/test_attention_bwd.py -k "sm90_dkdv or sm90_study" 2>&1 | tail -8
 pack
 bb() {  # name, statement on cuflash.attention_bwd (module ab), extra bench arguments
-  timeout 70 python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.attention_bwd as ab; $2
+  timeout ${T:-70} python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.attention_bwd as ab; $2
 sys.argv = ['attention_bwd_bench.py', '--dtypes', 'bfloat16', '--seqlens', '1024', '16384', '--rep', '20',
             '--warmup', '3', '--name', '$1'] + '$3'.split()
 runpy.run_path('experiments/attention_bwd_bench.py', run_name='__main__')" 2>&1 | grep -v "cfg/s" | tail -12
   pack
 }
-bb attention_bwd_bench_st1 "ab.SM90_STAGES, ab.SM90_OVERLAP = 1, False" ""
+T=80 bb attention_bwd_bench_st1 "ab.SM90_STAGES, ab.SM90_OVERLAP = 1, False" ""
 bb attention_bwd_bench_st2 "ab.SM90_STAGES, ab.SM90_OVERLAP = 2, False" "--no-torch"
 bb attention_bwd_bench_ovl1 "ab.SM90_STAGES, ab.SM90_OVERLAP = 1, True" "--no-torch"
 bb attention_bwd_bench_ovl2 "ab.SM90_STAGES, ab.SM90_OVERLAP = 2, True" "--no-torch"
