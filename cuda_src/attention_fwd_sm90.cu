@@ -33,6 +33,9 @@
 #include "cuflash/tma.cuh"
 #include "cuflash/wgmma.cuh"
 #include "cuflash/sm90_tiles.cuh"
+#ifndef CUFLASH_FWD_PIN
+#define CUFLASH_FWD_PIN 0
+#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -432,6 +435,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         fence_regs(s);    // keep the softmax above the wait (it overlaps the P V wgmma in flight)
         fence_regs(alpha);
         fence_regs(l);
+#if CUFLASH_FWD_PIN
+        // Study (CUFLASH_FWD_PIN): the empty fences above order nothing in ptxas, which was seen to move this
+        // wait above the softmax (ptxas 13.0); a shared-memory store of its result (a slot per warp after the
+        // mbarriers, never read) keeps the softmax between the two waits, overlapping the P V wgmma.
+        if (lane == 0)
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(bar_empty + 8 * STAGES + 4 * (4 * c + warp)), "f"(l[0] + l[1])
+                       : "memory");
+#endif
         wgmma_wait<0>();  // P_{it-1} V_{it-1} done: O, pa and stage pst free
 #pragma unroll
         for (int n = 0; n < NPV; ++n) fence_regs(o[n]);

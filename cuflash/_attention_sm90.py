@@ -85,11 +85,18 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
             f"{regs[0]}, {regs[1]}, {tma}>")
 
 
-def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int) -> int:
-    """Q tile + the K and V stages (16-bit) + 1024 bytes to align the swizzle atoms (+ the mbarriers)."""
+# Study setting: compile the warp-specialised kernels with -DCUFLASH_FWD_PIN=1 (a shared-memory store of each
+# tile's softmax result before the P V wait, so ptxas keeps the softmax overlapping that wgmma; see the kernel).
+PIN_SOFTMAX = os.environ.get("CUFLASH_SM90_PIN", "0") == "1"
+PIN_OPTIONS = ARCH_OPTIONS + ("-DCUFLASH_FWD_PIN=1",)
+
+
+def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
+    """Q tile + the K and V stages (16-bit) + 1024 bytes to align the swizzle atoms (+ the mbarriers, + a 4-byte
+    slot per consumer warp when ``pin``)."""
     if variant == "simple":
         return 2 * head_dim * (Br + 4 * Bc) + 1024
-    return 2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES
+    return 2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES + (16 * (Br // 64) if pin else 0)
 
 
 def threads(variant: str, Br: int) -> int:
@@ -105,6 +112,9 @@ def configurations():
 def _declare():
     for (dt, d, var, br, bc, pv) in configurations():
         _compile.declare(SOURCE, [kernel_name(dt, d, var, br, bc, pv)], extra_options=ARCH_OPTIONS)
+        if var == "tma":  # PIN_SOFTMAX (study)
+            _compile.declare(SOURCE, [kernel_name(dt, d, var, br, bc, pv)], extra_options=PIN_OPTIONS,
+                             release=False)
 
 
 _declare()
@@ -311,12 +321,15 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                 if block_sizes is None:  # the cp.async producer's own default tile
                     br, bc, pv = default_tile(var, d, Sk)
         args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP))
-    kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), ARCH_OPTIONS)
+    pin = PIN_SOFTMAX and var != "simple"
+    if pin and var != "tma":
+        raise ValueError("PIN_SOFTMAX is instantiated for the 'tma' variant only")
+    kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), PIN_OPTIONS if pin else ARCH_OPTIONS)
     if br == 64 and kern not in _CARVED:  # two blocks per SM: all of the unified L1 as shared memory
         kern.preferred_shared_memory_carveout = 100
         _CARVED.add(kern)
     grid = (math.ceil(Sq / br), Hq, B)
-    _compile.launch(kern, grid, (threads(var, br),), args, shared_mem=smem_bytes(var, d, br, bc),
+    _compile.launch(kern, grid, (threads(var, br),), args, shared_mem=smem_bytes(var, d, br, bc, pin),
                     what=f"attention sm90 {var} (Br={br}, Bc={bc}, pv_n={pv}, head_dim={d}, {dt})")
     if d != p.head_dim:
         out = cupy.ascontiguousarray(out[..., :p.head_dim])

@@ -87,11 +87,16 @@ SM90_DKDV = True  # compute capability 9.0, float16/bfloat16, padded head_dim 64
                   # pass (and the atomic dQ) by warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups); False: the
                   # mma.sync kernel everywhere (as on sm_80, or with block_sizes given)
 SM90_HEAD_DIMS = (64, 128)
+SM90_STAGES = 1   # Q / dO / lse / Delta buffers of bwd_dkdv_sm90; 2 (study setting, not yet measured): the tile
+                  # after next is loaded while this one is used
+SM90_STAGE_CHOICES = (1, 2)
+SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait)
 
 
-def sm90_smem(head_dim: int) -> int:
-    """Dynamic shared memory of bwd_dkdv_sm90: 1024-byte alignment, K, V (128 rows), Q, dO (64 rows), dS^T, lse, D."""
-    return 1024 + 2 * 128 * head_dim * 2 + 2 * 64 * head_dim * 2 + 128 * 64 * 2 + 2 * 64 * 4
+def sm90_smem(head_dim: int, stages: int = 1) -> int:
+    """Dynamic shared memory of bwd_dkdv_sm90: 1024-byte alignment, K, V (128 rows), ``stages`` x (Q, dO (64 rows)),
+    dS^T, ``stages`` x (lse, D)."""
+    return 1024 + 2 * 128 * head_dim * 2 + stages * 2 * 64 * head_dim * 2 + 128 * 64 * 2 + stages * 2 * 64 * 4
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -116,9 +121,11 @@ def kernel_names(dtype, head_dim: int, bc: int | None = None) -> dict:
     return names
 
 
-def sm90_name(dtype, head_dim: int) -> str:
-    """The wgmma dK/dV kernel for a 16-bit dtype and a padded head_dim of SM90_HEAD_DIMS."""
-    return f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, {head_dim}>"
+def sm90_name(dtype, head_dim: int, stages: int = 1, overlap: bool = False) -> str:
+    """The wgmma dK/dV kernel for a 16-bit dtype, a padded head_dim of SM90_HEAD_DIMS, its Q/dO buffers and
+    whether the softmax steps overlap the wgmmas (SM90_OVERLAP)."""
+    return (f"cuflash::attn_bwd::bwd_dkdv_sm90<{_dtypes.ctype(np.dtype(dtype))}, {head_dim}, {stages}, "
+            f"{'true' if overlap else 'false'}>")
 
 
 def uses_sm90_dkdv(dtype, head_dim_padded: int, device: int, block_sizes=None) -> bool:
@@ -148,6 +155,9 @@ def _declare():
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16)
                                    for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS)
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, st, ov) for dt in (_dtypes.float16, _dtypes.bfloat16)
+                                   for d in SM90_HEAD_DIMS for st in SM90_STAGE_CHOICES for ov in (False, True)
+                                   if (st, ov) != (1, False)], extra_options=SM90_OPTIONS, release=False)
 
 
 _declare()
@@ -368,8 +378,11 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     dkdv_args = (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
                  *_st(dk), *_st(dv), *common, np.int32(use_atomic))
     if uses_sm90_dkdv(dt, d, dev, block_sizes):
-        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d), SM90_OPTIONS),
-                        (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args, shared_mem=sm90_smem(d),
+        if SM90_STAGES not in SM90_STAGE_CHOICES:
+            raise ValueError(f"attention_bwd.SM90_STAGES must be one of {SM90_STAGE_CHOICES}, got {SM90_STAGES!r}")
+        _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES, bool(SM90_OVERLAP)),
+                                            SM90_OPTIONS),
+                        (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args, shared_mem=sm90_smem(d, SM90_STAGES),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
     else:
         _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),

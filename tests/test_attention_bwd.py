@@ -130,8 +130,9 @@ def test_declared_kernels_and_shared_memory():
     decl = [d for d in _compile.declared() if d[0] == ab.SOURCE]
     assert 0 < len(decl) <= 32  # the lead asked for about 30
     sm90 = {n for s, n, _, _ in _compile.declared() if s == ab.SM90_SOURCE}
-    assert {ab.sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16) for d in ab.SM90_HEAD_DIMS} == sm90
-    assert all(ab.sm90_smem(d) <= 227 * 1024 for d in ab.SM90_HEAD_DIMS)
+    assert {ab.sm90_name(dt, d, st, ov) for dt in (_dtypes.float16, _dtypes.bfloat16) for d in ab.SM90_HEAD_DIMS
+            for st in ab.SM90_STAGE_CHOICES for ov in (False, True)} == sm90
+    assert all(ab.sm90_smem(d, st) <= 227 * 1024 for d in ab.SM90_HEAD_DIMS for st in ab.SM90_STAGE_CHOICES)
     for dt in (_dtypes.float16, _dtypes.bfloat16):
         for d in (32, 64, 96, 128, 256):
             for kern in ("dkdv", "dq"):
@@ -313,7 +314,8 @@ def test_block_kv_128(rng, cp, dtype, D):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("D,sm90", [(128, True), (100, True), (64, True), (40, True), (128, False), (64, False)])
+@pytest.mark.parametrize("D,sm90", [(128, True), (100, True), (64, True), (40, True), (128, False), (64, False),
+                                    (128, 2), (64, 2), (128, "ovl"), (64, "ovl"), (128, "2ovl"), (64, "2ovl")])
 def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
     """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 64 or 128): tails of both tiles,
     masks, GQA / MQA, the atomic and the deterministic dQ, large logits, against the float64 reference with the
@@ -323,7 +325,10 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
 
     if _compile.compute_capability(cp.cuda.runtime.getDevice()) != 90:
         pytest.skip("the wgmma backward is compiled for sm_90a")
-    monkeypatch.setattr(ab, "SM90_DKDV", sm90)
+    monkeypatch.setattr(ab, "SM90_DKDV", bool(sm90))
+    # study kernels: 2 = two Q/dO buffers (SM90_STAGES), "ovl" = SM90_OVERLAP, "2ovl" = both
+    monkeypatch.setattr(ab, "SM90_STAGES", 2 if sm90 in (2, "2ovl") else 1)
+    monkeypatch.setattr(ab, "SM90_OVERLAP", sm90 in ("ovl", "2ovl"))
     dt = DTYPES[dtype]
     for (B, Hq, Hkv, Sq, Sk, causal, window, det) in (
             (2, 4, 4, 113, 203, False, (-1, -1), False), (1, 4, 2, 1, 239, True, (-1, -1), False),
@@ -335,6 +340,30 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
         _check(rng, cp, B, Hq, Hkv, Sq, Sk, D, dt, causal=causal, window=window, deterministic=det,
                what=f"dK/dV sm90={sm90}")
     _check(rng, cp, 1, 2, 1, 65, 63, D, dt, mag=40.0, what=f"dK/dV sm90={sm90} large")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sm90_study_settings_change_only_the_order(rng, cp, monkeypatch, D, causal):
+    """SM90_STAGES = 2 and SM90_OVERLAP reorder loads and wgmma issues only: with the deterministic dQ, dq, dk
+    and dv are bitwise those of the release kernel (same A fragments, same wgmma chains)."""
+    from cuflash import _compile, attention, attention_backward, attention_bwd as ab
+
+    if _compile.compute_capability(cp.cuda.runtime.getDevice()) != 90:
+        pytest.skip("the wgmma backward is compiled for sm_90a")
+    dt = DTYPES["bfloat16"]
+    q, k, v, do = (_dev(a, dt, cp) for a in _inputs(rng, 2, 4, 2, 300, 515, D, dt))
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    monkeypatch.setattr(ab, "SM90_DKDV", True)
+    got = {}
+    for st, ov in ((1, False), (2, False), (1, True), (2, True)):
+        monkeypatch.setattr(ab, "SM90_STAGES", st)
+        monkeypatch.setattr(ab, "SM90_OVERLAP", ov)
+        got[(st, ov)] = attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=True)
+    for key, g in got.items():
+        for name, a, b in zip("qkv", g, got[(1, False)]):
+            assert bool(cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))), f"d{name} differs at {key}"
 
 
 @pytest.mark.gpu

@@ -210,9 +210,11 @@ def test_configurations_fit_h200_shared_memory():
 def test_declared_with_sm90a():
     from cuflash import _compile
 
-    decl = [e for e in _compile.declared() if e[0] == S90.SOURCE]
+    decl = [e for e in _compile.declared() if e[0] == S90.SOURCE and e[2] == S90.ARCH_OPTIONS]
     assert len(decl) == len(S90.configurations())
-    assert all(e[2] == S90.ARCH_OPTIONS for e in decl)
+    pinned = [e for e in _compile.declared() if e[0] == S90.SOURCE and e[2] == S90.PIN_OPTIONS]  # study
+    assert len(pinned) == sum(c[2] == "tma" for c in S90.configurations()) and not any(e[3] for e in pinned)
+    assert len(decl) + len(pinned) == sum(e[0] == S90.SOURCE for e in _compile.declared())
 
 
 def test_kernel_head_dim_and_choices():
@@ -292,6 +294,28 @@ def test_tails_and_masks(cp, rng, variant, dtype, head_dim, mask, sq, sk):
     k = randn(cp, rng, (b, h, sk, head_dim), dtype)
     v = randn(cp, rng, (b, h, sk, head_dim), dtype)
     check(q, k, v, causal, None, window, what=f"{dtype} d{head_dim} {mask} {sq}x{sk}", variant=variant)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_pin_softmax_changes_only_the_order(cp, rng, monkeypatch, dtype, head_dim, mask):
+    """PIN_SOFTMAX (study: the softmax kept between the two wgmma waits) reorders instructions only: the output
+    and lse bits equal the default kernel's, at tails and with both default tiles of head_dim 64 (seqlen_k up to
+    SHORT_SEQLEN_K and past it); and the reference check passes."""
+    causal, window = MASKS[mask]
+    for sq, sk in ((113, 203), (1023, 1024), (300, S90.SHORT_SEQLEN_K + 77)):
+        q = randn(cp, rng, (1, 3, sq, head_dim), dtype)
+        k = randn(cp, rng, (1, 3, sk, head_dim), dtype)
+        v = randn(cp, rng, (1, 3, sk, head_dim), dtype)
+        monkeypatch.setattr(S90, "PIN_SOFTMAX", False)
+        o0, l0 = run(q, k, v, causal, None, window)
+        monkeypatch.setattr(S90, "PIN_SOFTMAX", True)
+        o1, l1 = check(q, k, v, causal, None, window, what=f"pin {dtype} d{head_dim} {mask} {sq}x{sk}")
+        assert bool(cp.array_equal(o0.view(cp.uint16), o1.view(cp.uint16))), f"pin changed the output {sq}x{sk}"
+        assert bool(cp.array_equal(l0.view(cp.uint32), l1.view(cp.uint32))), f"pin changed lse {sq}x{sk}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])

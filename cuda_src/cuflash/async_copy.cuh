@@ -1,8 +1,9 @@
-// cuflash/async_copy.cuh — cp.async (sm_80+): 16-byte copies from global to shared memory that need no
-// registers while in flight, so a kernel can keep many more bytes in flight than its register file holds.
+// cuflash/async_copy.cuh — cp.async (sm_80+): 16-byte (and 4-byte) copies from global to shared memory that
+// need no registers while in flight, so a kernel can keep many more bytes in flight than its register file holds.
 //   smem_u32(p)              the 32-bit shared-window address of a shared-memory pointer
 //   cp_async_16(dst, src, p) copy 16 bytes when p, else write 16 zero bytes (nothing is read; src must still be
 //                            a valid-looking address, e.g. a base pointer). .cg: cached in L2 only.
+//   cp_async_4(dst, src, p)  the same for 4 bytes (.ca: .cg copies only 16)
 //   cp_async_commit()        closes the group of this thread's copies issued since the last commit
 //   cp_async_wait<N>()       waits until at most N of this thread's committed groups are still in flight; other
 //                            threads' copies need a barrier (__syncthreads / __syncwarp) before they are read
@@ -19,6 +20,11 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
   int n = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+// 4 bytes (cp.async.ca: .cg takes only 16), zero-filled when !pred.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool pred) {
+  int n = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {

@@ -1,0 +1,44 @@
+"""The order of the Hopper forward's consumer loop in SASS: per default 'tma' instantiation, the sequence of
+HGMMA issues (G), warpgroup waits (W<n>: WARPGROUP.DEPBAR.LE gsb0, n), shuffles (s) and MUFU.EX2 (e), compressed,
+compiled by this machine's NVRTC with and without -DCUFLASH_FWD_PIN=1 (scratch; needs nvdisasm on the PATH or in
+the nvidia cu13 wheel). The softmax overlaps the P V wgmma when its EX2s sit between 'W1' and 'W0'.
+    python experiments/scratch/sass_order.py"""
+import glob, os, shutil, subprocess, sys, tempfile
+sys.path.insert(0, ".")
+from cupy_backends.cuda.libs import nvrtc
+from cuflash import _compile, _dtypes, _attention_sm90 as S
+
+tool = shutil.which("nvdisasm") or next(iter(glob.glob(os.path.join(os.path.dirname(nvrtc.__file__), "..", "..", "..",
+                                                                   "nvidia", "cu13", "bin", "nvdisasm"))), None)
+code = (_compile.SRC_DIR / S.SOURCE).read_text()
+print("nvrtc", nvrtc.getVersion(), "nvdisasm", tool)
+for d in (64, 128):
+    for (br, bc, pv) in S.TILES[("tma", d)]:
+        name = S.kernel_name(_dtypes.bfloat16, d, "tma", br, bc, pv)
+        for label, extra in (("base", S.ARCH_OPTIONS), ("pin", S.PIN_OPTIONS)):
+            prog = nvrtc.createProgram(code, S.SOURCE, [], [])
+            nvrtc.addNameExpression(prog, name)
+            nvrtc.compileProgram(prog, list(_compile.options(extra)) + ["-ftz=true"])
+            cubin = nvrtc.getCUBIN(prog)
+            nvrtc.destroyProgram(prog)
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(cubin + b"\0")  # getCUBIN drops the trailing byte of the ELF image
+                f.flush()
+                sass = subprocess.run([tool, "-c", f.name], capture_output=True, text=True).stdout
+            ev = []
+            for line in sass.splitlines():
+                if "WARPGROUP.DEPBAR" in line:
+                    ev.append("W" + line.split("gsb0,")[1].strip(" ;")[-1])
+                elif "HGMMA" in line and "gsb0" in line:
+                    ev.append("G")
+                elif "MUFU.EX2" in line:
+                    ev.append("e")
+                elif "SHFL.BFLY" in line:
+                    ev.append("s")
+            out = []
+            for e in ev:
+                if out and out[-1][0] == e:
+                    out[-1][1] += 1
+                else:
+                    out.append([e, 1])
+            print(f"head_dim {d} Br {br} pv_n {pv} {label:4}: " + " ".join(e + (str(c) if c > 1 else "") for e, c in out))
