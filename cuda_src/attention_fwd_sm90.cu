@@ -436,9 +436,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         fence_regs(alpha);
         fence_regs(l);
 #if CUFLASH_FWD_PIN
-        // Study (CUFLASH_FWD_PIN): the empty fences above order nothing in ptxas, which was seen to move this
-        // wait above the softmax (ptxas 13.0); a shared-memory store of its result (a slot per warp after the
-        // mbarriers, never read) keeps the softmax between the two waits, overlapping the P V wgmma.
+        // CUFLASH_FWD_PIN (the default for the 'tma' variant): the empty fences above order nothing in ptxas,
+        // which moved this wait above the softmax (ptxas 13.0); a shared-memory store of its result (a slot per
+        // warp after the mbarriers, never read) keeps the softmax between the two waits, overlapping the P V wgmma
+        // (experiments/scratch/sass_order.py; 0-3 % faster on the H200, logs/fwd_pin_ab_0b7d0ea.json).
         if (lane == 0)
           asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(bar_empty + 8 * STAGES + 4 * (4 * c + warp)), "f"(l[0] + l[1])
                        : "memory");

@@ -85,10 +85,16 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
             f"{regs[0]}, {regs[1]}, {tma}>")
 
 
-# Study setting: compile the warp-specialised kernels with -DCUFLASH_FWD_PIN=1 (a shared-memory store of each
-# tile's softmax result before the P V wait, so ptxas keeps the softmax overlapping that wgmma; see the kernel).
-PIN_SOFTMAX = os.environ.get("CUFLASH_SM90_PIN", "0") == "1"
+# The 'tma' variant is compiled with -DCUFLASH_FWD_PIN=1: a shared-memory store of each tile's softmax result
+# before the P V wait, so ptxas keeps the softmax overlapping that wgmma (see the kernel). CUFLASH_SM90_PIN=0 (or
+# PIN_SOFTMAX = False) gives the unpinned order, for study; the other variants are never pinned.
+PIN_SOFTMAX = os.environ.get("CUFLASH_SM90_PIN", "1") == "1"
 PIN_OPTIONS = ARCH_OPTIONS + ("-DCUFLASH_FWD_PIN=1",)
+
+
+def compile_options(variant: str) -> tuple[str, ...]:
+    """The NVRTC options a variant is launched with (pinned 'tma' while PIN_SOFTMAX is on)."""
+    return PIN_OPTIONS if (PIN_SOFTMAX and variant == "tma") else ARCH_OPTIONS
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
@@ -111,10 +117,12 @@ def configurations():
 
 def _declare():
     for (dt, d, var, br, bc, pv) in configurations():
-        _compile.declare(SOURCE, [kernel_name(dt, d, var, br, bc, pv)], extra_options=ARCH_OPTIONS)
-        if var == "tma":  # PIN_SOFTMAX (study)
-            _compile.declare(SOURCE, [kernel_name(dt, d, var, br, bc, pv)], extra_options=PIN_OPTIONS,
-                             release=False)
+        name = kernel_name(dt, d, var, br, bc, pv)
+        if var == "tma":  # pinned (the default) and unpinned (PIN_SOFTMAX = False, study)
+            _compile.declare(SOURCE, [name], extra_options=PIN_OPTIONS)
+            _compile.declare(SOURCE, [name], extra_options=ARCH_OPTIONS, release=False)
+        else:
+            _compile.declare(SOURCE, [name], extra_options=ARCH_OPTIONS)
 
 
 _declare()
@@ -321,10 +329,9 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                 if block_sizes is None:  # the cp.async producer's own default tile
                     br, bc, pv = default_tile(var, d, Sk)
         args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP))
-    pin = PIN_SOFTMAX and var != "simple"
-    if pin and var != "tma":
-        raise ValueError("PIN_SOFTMAX is instantiated for the 'tma' variant only")
-    kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), PIN_OPTIONS if pin else ARCH_OPTIONS)
+    opts = compile_options(var)
+    pin = opts == PIN_OPTIONS
+    kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), opts)
     if br == 64 and kern not in _CARVED:  # two blocks per SM: all of the unified L1 as shared memory
         kern.preferred_shared_memory_carveout = 100
         _CARVED.add(kern)

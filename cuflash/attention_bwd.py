@@ -87,10 +87,11 @@ SM90_DKDV = True  # compute capability 9.0, float16/bfloat16, padded head_dim 64
                   # pass (and the atomic dQ) by warpgroup MMA (bwd_dkdv_sm90, Bc = 128, two warpgroups); False: the
                   # mma.sync kernel everywhere (as on sm_80, or with block_sizes given)
 SM90_HEAD_DIMS = (64, 128)
-SM90_STAGES = 1   # Q / dO / lse / Delta buffers of bwd_dkdv_sm90; 2 (study setting, not yet measured): the tile
-                  # after next is loaded while this one is used
+SM90_STAGES = 1   # Q / dO / lse / Delta buffers of bwd_dkdv_sm90; 2 (study setting): the tile after next is loaded
+                  # while this one is used -- 1-4 % slower on the H200 (logs/bwd_next_st2_0b7d0ea.json)
 SM90_STAGE_CHOICES = (1, 2)
-SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait)
+SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait);
+                      # within +-1 % of the default on the H200 (logs/bwd_next_ovl1_0b7d0ea.json)
 
 
 def sm90_smem(head_dim: int, stages: int = 1) -> int:

@@ -84,9 +84,9 @@ def sass_evidence(configs) -> list[dict]:
 
     tool = _cuobjdump()
     code = (_compile.SRC_DIR / S90.SOURCE).read_text()
-    opts = list(_compile.options(S90.ARCH_OPTIONS)) + ["-ftz=true", "--ptxas-options=-v"]
     out = []
     for cfg in configs:
+        opts = list(_compile.options(S90.compile_options(cfg[2]))) + ["-ftz=true", "--ptxas-options=-v"]
         name = S90.kernel_name(*cfg)
         row = {"kernel": name}
         try:

@@ -633,9 +633,8 @@ def test_handed_cases(cp, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("cluster", [True, "hold", 2, 3, False],
-                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch2", "cluster-hold-prefetch3",
-                              "no-cluster"])
+@pytest.mark.parametrize("cluster", [True, "hold", 2, False],  # (prefetch 3 differs from 2 in launch bounds only)
+                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch2", "no-cluster"])
 def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     """The cluster forward (norm_fwd_cluster, compute capability 9.0; ``cluster-hold``: its persistent form with
     the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters; ``cluster-hold-prefetchN``: that form
@@ -659,8 +658,12 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
         # 6 an SM) three or more (prefetch: a next row loaded at every cluster size, and with the last block empty)
         for rows in ((1, 7, 1237) if held and body <= 4096 else (1, 7, 301) if held else (1, 7) if body > 2048
                      else (1, 301)):
+            # 1237 rows: the first and last 48 rows and 160 drawn between them are checked against the float64
+            # reference (every row is written; the reference of all of them made this the suite's slowest test)
+            check = (None if rows < 1237 else
+                     np.r_[0:48, np.sort(rng.choice(np.arange(48, rows - 48), 160, replace=False)), rows - 48:rows])
             for variant in (0, 1, 2, 3, 4) if held else (0, 1, 2, 3):
-                _run_forward(cp, rng, kind, dt, rows, body * vec, variant)
+                _run_forward(cp, rng, kind, dt, rows, body * vec, variant, check_rows=check)
     if cluster:
         assert norm._fwd_config(norm.LAYER if kind == "layer" else norm.RMS, np.dtype(dt), np.dtype(dt),
                                 4096 * vec, False, cp.cuda.Device().id).cluster == 4
