@@ -3,8 +3,8 @@
 # included) and the named benchmark/experiment commands, writes the record to experiments/results/, and packs
 # results + plots into $OUT/results.tgz for the checkout to commit.
 #   usage: bash experiments/gpu_run.sh [TAG] [-- extra pytest args]
-# Environment: TEST_TIMEOUT (default 540 s for the whole run: the full suite took 255 s of kernel-cache warm-up
-# + 309 s of tests with -n 15 at b3a096c; with a carried cache the warm-up is ~11 s); ITEM_TIMEOUT (default 150 s):
+# Environment: TEST_TIMEOUT (default 540 s for the whole run: the full suite took 172 s of tests with -n 15 at
+# 6099e3e after ~10 s of warm-up from a carried cache; 255 s of warm-up when it compiles everything); ITEM_TIMEOUT (default 150 s):
 # pytest-timeout's limit per test (thread method: a test stuck in a kernel fails alone and its worker restarts,
 # instead of the whole record being lost); BENCH='cmd1;cmd2;...' benchmark commands run after the tests, one at a
 # time (each under `timeout`); the pytest-benchmark files (tests/*_bench.py) are left out of the parallel test
@@ -25,6 +25,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__)"
 per_item=()
 python3 -c "import pytest_timeout" 2>/dev/null && per_item=(--timeout="${ITEM_TIMEOUT:-150}" --timeout-method=thread)
+# With -n: worksteal scheduling (xdist >= 3.2) lets idle workers take queued tests from busy ones; under the default
+# a worker kept a run of slow parametrized tests (the 6099e3e suite: 172 s with it, 551 s at f4e4319 without)
+case " $* " in *" -n "*|*" -n"[0-9]*) case " $* " in *" --dist"*) ;; *)
+  python3 -c "import xdist, sys; sys.exit(tuple(map(int, xdist.__version__.split('.')[:2])) < (3, 2))" 2>/dev/null \
+    && per_item+=(--dist worksteal) ;; esac ;; esac
 start=$(date +%s)
 # SIGINT at the limit: pytest stops as on Ctrl-C and still writes the record (exitstatus 2, the counts so far)
 CUFLASH_GPU_RECORD=experiments/results/${tag}_tests.json timeout -s INT -k 30 ${TEST_TIMEOUT:-540} \
