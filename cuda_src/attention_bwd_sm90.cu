@@ -13,7 +13,10 @@
 //   dK_w += dS^T Q_i            wgmma m64n{HD}, A = dS^T in registers, B = Q tile MN-major
 //   (atomic dQ) dS^T to shared memory; warpgroup w: dQ_i[:, Nw .. Nw + N) = dS K[:, Nw ..] by wgmma m64nN,
 //   N = head_dim / 2, with both operands MN-major (dS^T and K are stored key by key), added to the float32
-//   accumulator with atomicAdd (float2).
+//   accumulator: dq_mode 1 by atomicAdd (float2) into rows of head_dim floats; dq_mode 2 (the default) staged in
+//   shared memory and added by the copy engine, one bulk reduction (cp.reduce.async.bulk .add.f32) per warpgroup
+//   and Q tile, into a layout where each warpgroup's N columns are a plane of their own (rows of N floats), so
+//   its tile is one contiguous range (FlashAttention-3 adds dQ by TMA likewise). dq_mode 0: no dQ here.
 // dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
 // all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile). STAGES = 1: one
 // buffer, the next tile's loads issued while this one's dQ is computed; 2: two buffers, the tile after next
@@ -24,6 +27,7 @@
 #include "cuflash/wgmma.cuh"
 #include "cuflash/sm90_tiles.cuh"
 #include "cuflash/attn_bwd_mask.cuh"
+#include "cuflash/tma.cuh"
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -55,7 +59,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     T* __restrict__ dk, T* __restrict__ dv,
     i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
     i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
-    int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int use_atomic_dq) {
+    int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int dq_mode) {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: head_dim / 2 columns per warpgroup)");
   static_assert(STAGES == 1 || STAGES == 2, "Q/dO/lse/Delta buffers: 1 or 2");
   constexpr int KV_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, DS_BYTES = BC * BR * 2;
@@ -63,9 +67,11 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   constexpr int DQN = HD / 2;              // dQ columns per warpgroup (each warpgroup computes half)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  // K, V | STAGES x (Q, dO) | dS^T | STAGES x (lse, Delta)
+  // K, V | STAGES x (Q, dO) | dS^T | STAGES x (lse, Delta) | dQ staging (dq_mode 2): BR rows x DQN floats a warpgroup
   const unsigned sK = sbase, sV = sK + KV_BYTES, sQ0 = sV + KV_BYTES, sdS = sQ0 + STAGES * 2 * Q_BYTES;
   float* const sLse0 = reinterpret_cast<float*>(smem_raw + (sdS + DS_BYTES - smem_u32(smem_raw)));
+  const unsigned sdQ = sdS + DS_BYTES + STAGES * 2 * BR * 4;
+  const bool use_atomic_dq = dq_mode != 0;
 
   const int tid = threadIdx.x, wg = tid >> 7;
   const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -256,6 +262,9 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       fence_regs(pa[kk]);
       fence_regs(dsa[kk]);
     }
+    // dq_mode 2: the previous Q tile's bulk reduction has read this warpgroup's dQ staging (long done: issued
+    // before this tile's products), so it may be rewritten after the barrier
+    if (dq_mode == 2 && (tid & 127) == 0) bulk_wait_read<0>();
     __syncthreads();  // sQ, sdO, sLse, sDelta free (every wgmma reading them is complete); sdS complete
     if (it + STAGES < niter) {  // iteration it + STAGES, into the buffer just read
       if constexpr (STAGES == 1) {
@@ -276,19 +285,39 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       wgmma_wait<0>();
       fence_regs(dq);
       // entry e of n8 block i: query 16 warp + g + (e>>1)*8, column DQN wg + 8i + 2t + (e&1)
-      const int ia = i0 + 16 * warp + g;
-      float* pa0 = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + DQN * wg + 2 * t;
-      float* pb0 = pa0 + 8 * HD;
-      if (ia + 8 < Sq) {
+      if (dq_mode == 2) {
+        // rows of DQN floats in shared memory, then warpgroup wg's plane of the accumulator, rows i0 .. (the
+        // tile's rows past seqlen_q are not sent)
+        float* const sq = reinterpret_cast<float*>(smem_raw + (sdQ - smem_u32(smem_raw))) + wg * BR * DQN;
+        float* const ra = sq + (16 * warp + g) * DQN + 2 * t;
 #pragma unroll
         for (int i = 0; i < DQN / 8; ++i) {
-          atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
-          atomicAdd(reinterpret_cast<float2*>(pb0 + 8 * i), make_float2(dq[4 * i + 2], dq[4 * i + 3]));
+          *reinterpret_cast<float2*>(ra + 8 * i) = make_float2(dq[4 * i], dq[4 * i + 1]);
+          *reinterpret_cast<float2*>(ra + 8 * DQN + 8 * i) = make_float2(dq[4 * i + 2], dq[4 * i + 3]);
         }
-      } else if (ia < Sq) {
+        fence_proxy_async();  // the stores (generic proxy) -> the bulk reduction (async proxy)
+        named_bar_sync(1 + wg, 128);
+        if ((tid & 127) == 0) {
+          const int nrows = min(BR, Sq - i0);
+          float* const plane = dq_accum + (((i64)b * Hq + h) * 2 + wg) * Sq * DQN;
+          bulk_reduce_add_f32(plane + (i64)i0 * DQN, sdQ + wg * BR * DQN * 4, nrows * DQN * 4);
+          bulk_commit();
+        }
+      } else {
+        const int ia = i0 + 16 * warp + g;
+        float* pa0 = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + DQN * wg + 2 * t;
+        float* pb0 = pa0 + 8 * HD;
+        if (ia + 8 < Sq) {
 #pragma unroll
-        for (int i = 0; i < DQN / 8; ++i)
-          atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+          for (int i = 0; i < DQN / 8; ++i) {
+            atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+            atomicAdd(reinterpret_cast<float2*>(pb0 + 8 * i), make_float2(dq[4 * i + 2], dq[4 * i + 3]));
+          }
+        } else if (ia < Sq) {
+#pragma unroll
+          for (int i = 0; i < DQN / 8; ++i)
+            atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+        }
       }
       // sdS is rewritten only after the next iteration's first barrier, which the warpgroups reach after their
       // dQ wait above
@@ -297,6 +326,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     qh += last_tile;
   }
   cp_async_wait<0>();  // nothing left in flight (also when no Q tile was visited)
+  if (dq_mode == 2 && (tid & 127) == 0) bulk_wait<0>();  // the last dQ reduction performed before the block ends
 
   // dK * scale, dV (rows j < Sk, columns c < Dout) in T. Entry e of n8 block i of accumulator n: key
   // kr + (e>>1)*8, column n*64 + 8i + 2t + (e&1).
