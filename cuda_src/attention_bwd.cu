@@ -515,7 +515,7 @@ __global__ void __launch_bounds__(256) bwd_dq_convert(const float* __restrict__ 
   const int W = Dacc / planes;  // columns per plane
   const float* a = dq_accum + bh * planes * Sq * W + i * W;
   T* o = dq + b * dq_sb + h * dq_sh + i * dq_ss;
-  for (int c = lane; c < Dout; c += 32) o[c] = from_float<T>(a[(c / W) * Sq * W + c % W] * scale);
+  for (int c = lane; c < Dout; c += 32) o[c] = from_float<T>(a[(i64)(c / W) * Sq * W + c % W] * scale);
 }
 
 // ------------------------------------------------------------------------------------------------------------
