@@ -15,8 +15,9 @@
 //   N = head_dim / 2, with both operands MN-major (dS^T and K are stored key by key), added to the float32
 //   accumulator: dq_mode 1 by atomicAdd (float2) into rows of head_dim floats; dq_mode 2 (the default) staged in
 //   shared memory and added by the copy engine, one bulk reduction (cp.reduce.async.bulk .add.f32) per warpgroup
-//   and Q tile, into a layout where each warpgroup's N columns are a plane of their own (rows of N floats), so
-//   its tile is one contiguous range (FlashAttention-3 adds dQ by TMA likewise). dq_mode 0: no dQ here.
+//   and Q tile, into a layout where each warpgroup's N columns are a plane of their own (rows of N floats, the
+//   8-float groups of row i XOR-permuted by i % (N / 8)), so its tile is one contiguous range (FlashAttention-3
+//   adds dQ by TMA likewise). dq_mode 0: no dQ here.
 // dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
 // all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile). STAGES = 1: one
 // buffer, the next tile's loads issued while this one's dQ is computed; 2: two buffers, the tile after next
@@ -287,13 +288,18 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       // entry e of n8 block i: query 16 warp + g + (e>>1)*8, column DQN wg + 8i + 2t + (e&1)
       if (dq_mode == 2) {
         // rows of DQN floats in shared memory, then warpgroup wg's plane of the accumulator, rows i0 .. (the
-        // tile's rows past seqlen_q are not sent)
+        // tile's rows past seqlen_q are not sent). The 8-float groups of row r are stored XOR-permuted, group i at
+        // i ^ (r % NG): the 8 rows of one store then fall on different banks (the copy engine keeps the layout;
+        // bwd_dq_convert undoes it).
+        constexpr int NG = DQN / 8;
         float* const sq = reinterpret_cast<float*>(smem_raw + (sdQ - smem_u32(smem_raw))) + wg * BR * DQN;
-        float* const ra = sq + (16 * warp + g) * DQN + 2 * t;
+        const int r = 16 * warp + g, sw = r & (NG - 1);  // rows r and r + 8 permute alike (NG divides 8)
+        float* const ra = sq + r * DQN + 2 * t;
 #pragma unroll
-        for (int i = 0; i < DQN / 8; ++i) {
-          *reinterpret_cast<float2*>(ra + 8 * i) = make_float2(dq[4 * i], dq[4 * i + 1]);
-          *reinterpret_cast<float2*>(ra + 8 * DQN + 8 * i) = make_float2(dq[4 * i + 2], dq[4 * i + 3]);
+        for (int i = 0; i < NG; ++i) {
+          const int c = 8 * (i ^ sw);
+          *reinterpret_cast<float2*>(ra + c) = make_float2(dq[4 * i], dq[4 * i + 1]);
+          *reinterpret_cast<float2*>(ra + 8 * DQN + c) = make_float2(dq[4 * i + 2], dq[4 * i + 3]);
         }
         fence_proxy_async();  // the stores (generic proxy) -> the bulk reduction (async proxy)
         named_bar_sync(1 + wg, 128);
