@@ -502,18 +502,25 @@ __global__ void __launch_bounds__(128 * WN) bwd_dq(
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// version 4: dq = dq_accum * scale in T (one warp per row).
+// version 4: dq = dq_accum * scale in T (one warp per row). The accumulator of a (batch, head) is `planes` planes
+// of Sq rows x W = Dacc / planes columns (1: rows of Dacc floats; 2: the Hopper kernel's column halves, whose
+// 8-float groups of row i are XOR-permuted by i % (W / 8): group k at k ^ (i % (W / 8)), W / 8 a power of two).
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_dq_convert(const float* __restrict__ dq_accum, T* __restrict__ dq,
                                                        i64 dq_sb, i64 dq_sh, i64 dq_ss, int Hq, int Sq, int Dout,
-                                                       int Dacc, float scale, i64 rows) {
+                                                       int Dacc, float scale, i64 rows, int planes) {
   const int lane = threadIdx.x & 31;
   const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= rows) return;
-  const i64 b = r / ((i64)Hq * Sq), h = (r / Sq) % Hq, i = r % Sq;
-  const float* a = dq_accum + r * Dacc;
+  const i64 bh = r / Sq, b = bh / Hq, h = bh % Hq, i = r % Sq;
+  const int W = Dacc / planes;  // columns per plane
+  const float* a = dq_accum + bh * planes * Sq * W + i * W;
   T* o = dq + b * dq_sb + h * dq_sh + i * dq_ss;
-  for (int c = lane; c < Dout; c += 32) o[c] = from_float<T>(a[c] * scale);
+  const int sw = planes > 1 ? (int)(i & (W / 8 - 1)) : 0;
+  for (int c = lane; c < Dout; c += 32) {
+    const int cw = c % W;
+    o[c] = from_float<T>(a[(i64)(c / W) * Sq * W + ((((cw >> 3) ^ sw) << 3) | (cw & 7))] * scale);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,11 @@
 //   dK_w += dS^T Q_i            wgmma m64n{HD}, A = dS^T in registers, B = Q tile MN-major
 //   (atomic dQ) dS^T to shared memory; warpgroup w: dQ_i[:, Nw .. Nw + N) = dS K[:, Nw ..] by wgmma m64nN,
 //   N = head_dim / 2, with both operands MN-major (dS^T and K are stored key by key), added to the float32
-//   accumulator with atomicAdd (float2).
+//   accumulator: dq_mode 1 by atomicAdd (float2) into rows of head_dim floats; dq_mode 2 (the default) staged in
+//   shared memory and added by the copy engine, one bulk reduction (cp.reduce.async.bulk .add.f32) per warpgroup
+//   and Q tile, into a layout where each warpgroup's N columns are a plane of their own (rows of N floats, the
+//   8-float groups of row i XOR-permuted by i % (N / 8)), so its tile is one contiguous range (FlashAttention-3
+//   adds dQ by TMA likewise). dq_mode 0: no dQ here.
 // dK, dV stay in float32 registers for the whole loop (64 + 64 per thread at head_dim 128). Loads: cp.async by
 // all 256 threads into the 128-byte-swizzled layout (K, V once; Q, dO, lse, Delta per Q tile). STAGES = 1: one
 // buffer, the next tile's loads issued while this one's dQ is computed; 2: two buffers, the tile after next
@@ -24,6 +28,7 @@
 #include "cuflash/wgmma.cuh"
 #include "cuflash/sm90_tiles.cuh"
 #include "cuflash/attn_bwd_mask.cuh"
+#include "cuflash/tma.cuh"
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -55,7 +60,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     T* __restrict__ dk, T* __restrict__ dv,
     i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, i64 v_ss,
     i64 do_sb, i64 do_sh, i64 do_ss, i64 dk_sb, i64 dk_sh, i64 dk_ss, i64 dv_sb, i64 dv_sh, i64 dv_ss,
-    int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int use_atomic_dq) {
+    int Hq, int Hkv, int Sq, int Sk, int Dout, int left, int right, float scale, int dq_mode) {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128 (dQ: head_dim / 2 columns per warpgroup)");
   static_assert(STAGES == 1 || STAGES == 2, "Q/dO/lse/Delta buffers: 1 or 2");
   constexpr int KV_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, DS_BYTES = BC * BR * 2;
@@ -63,9 +68,11 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   constexpr int DQN = HD / 2;              // dQ columns per warpgroup (each warpgroup computes half)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  // K, V | STAGES x (Q, dO) | dS^T | STAGES x (lse, Delta)
+  // K, V | STAGES x (Q, dO) | dS^T | STAGES x (lse, Delta) | dQ staging (dq_mode 2): BR rows x DQN floats a warpgroup
   const unsigned sK = sbase, sV = sK + KV_BYTES, sQ0 = sV + KV_BYTES, sdS = sQ0 + STAGES * 2 * Q_BYTES;
   float* const sLse0 = reinterpret_cast<float*>(smem_raw + (sdS + DS_BYTES - smem_u32(smem_raw)));
+  const unsigned sdQ = sdS + DS_BYTES + STAGES * 2 * BR * 4;
+  const bool use_atomic_dq = dq_mode != 0;
 
   const int tid = threadIdx.x, wg = tid >> 7;
   const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -86,9 +93,8 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   load_tile_sw128<T, HD, BC, NT>(sK, k + (i64)b * k_sb + (i64)hk * k_sh, k_ss, j0, Sk, tid);
   load_tile_sw128<T, HD, BC, NT>(sV, v + (i64)b * v_sb + (i64)hk * v_sh, v_ss, j0, Sk, tid);
 
-  // The loads of iteration (query head qh of the group, Q tile qt) into buffer st: Q_i, dO_i by cp.async; lse
-  // (scaled by log2e, +inf past seqlen_q: P = 0) and Delta directly with one buffer; with two, lse and Delta by
-  // cp.async too (raw lse, 0 past seqlen_q, where the per-entry mask zeroes P: such a tile is never full).
+  // The loads of iteration (query head qh of the group, Q tile qt) into buffer st: Q_i, dO_i, lse and Delta by
+  // cp.async (raw lse, 0 past seqlen_q, where the per-entry mask zeroes P: such a tile is never full).
   const T* const qg = q + (i64)b * q_sb + (i64)hk * group * q_sh;  // query head 0 of the group
   const T* const dog = dout + (i64)b * do_sb + (i64)hk * group * do_sh;
   const i64 rb0 = ((i64)b * Hq + (i64)hk * group) * Sq;
@@ -99,13 +105,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     load_tile_sw128<T, HD, BR, NT>(sQ + Q_BYTES, dog + (i64)qh * do_sh, do_ss, i0, Sq, tid);
     const i64 rb = rb0 + (i64)qh * Sq;
     float* const sLse = sLse0 + st * 2 * BR;
-    if constexpr (STAGES == 1) {
-      if (tid < BR) {
-        const int i = i0 + tid;
-        sLse[tid] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;  // lse·log2e; +inf: P = 0
-        sLse[BR + tid] = i < Sq ? delta[rb + i] : 0.f;
-      }
-    } else if (tid < 2 * BR) {
+    if (tid < 2 * BR) {  // (a plain load would hold its warps until the data arrived, before their dQ work)
       const int r = tid & (BR - 1), i = i0 + r;
       const float* src = tid < BR ? lse_safe : delta;
       cp_async_4(smem_u32(sLse + tid), i < Sq ? src + rb + i : src, i < Sq);
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         float2 l2 = *reinterpret_cast<const float2*>(sLse + 8 * i + 2 * t);
-        if constexpr (STAGES == 2) l2 = make_float2(l2.x * LOG2E, l2.y * LOG2E);  // raw lse there
+        l2 = make_float2(l2.x * LOG2E, l2.y * LOG2E);  // raw lse in shared memory
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int x = 4 * i + e;
@@ -256,6 +256,9 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       fence_regs(pa[kk]);
       fence_regs(dsa[kk]);
     }
+    // dq_mode 2: the previous Q tile's bulk reduction has read this warpgroup's dQ staging (long done: issued
+    // before this tile's products), so it may be rewritten after the barrier
+    if (dq_mode == 2 && (tid & 127) == 0) bulk_wait_read<0>();
     __syncthreads();  // sQ, sdO, sLse, sDelta free (every wgmma reading them is complete); sdS complete
     if (it + STAGES < niter) {  // iteration it + STAGES, into the buffer just read
       if constexpr (STAGES == 1) {
@@ -276,19 +279,44 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       wgmma_wait<0>();
       fence_regs(dq);
       // entry e of n8 block i: query 16 warp + g + (e>>1)*8, column DQN wg + 8i + 2t + (e&1)
-      const int ia = i0 + 16 * warp + g;
-      float* pa0 = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + DQN * wg + 2 * t;
-      float* pb0 = pa0 + 8 * HD;
-      if (ia + 8 < Sq) {
+      if (dq_mode == 2) {
+        // rows of DQN floats in shared memory, then warpgroup wg's plane of the accumulator, rows i0 .. (the
+        // tile's rows past seqlen_q are not sent). The 8-float groups of row r are stored XOR-permuted, group i at
+        // i ^ (r % NG): the 8 rows of one store then fall on different banks (the copy engine keeps the layout;
+        // bwd_dq_convert undoes it).
+        constexpr int NG = DQN / 8;
+        float* const sq = reinterpret_cast<float*>(smem_raw + (sdQ - smem_u32(smem_raw))) + wg * BR * DQN;
+        const int r = 16 * warp + g, sw = r & (NG - 1);  // rows r and r + 8 permute alike (NG divides 8)
+        float* const ra = sq + r * DQN + 2 * t;
 #pragma unroll
-        for (int i = 0; i < DQN / 8; ++i) {
-          atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
-          atomicAdd(reinterpret_cast<float2*>(pb0 + 8 * i), make_float2(dq[4 * i + 2], dq[4 * i + 3]));
+        for (int i = 0; i < NG; ++i) {
+          const int c = 8 * (i ^ sw);
+          *reinterpret_cast<float2*>(ra + c) = make_float2(dq[4 * i], dq[4 * i + 1]);
+          *reinterpret_cast<float2*>(ra + 8 * DQN + c) = make_float2(dq[4 * i + 2], dq[4 * i + 3]);
         }
-      } else if (ia < Sq) {
+        fence_proxy_async();  // the stores (generic proxy) -> the bulk reduction (async proxy)
+        named_bar_sync(1 + wg, 128);
+        if ((tid & 127) == 0) {
+          const int nrows = min(BR, Sq - i0);
+          float* const plane = dq_accum + (((i64)b * Hq + h) * 2 + wg) * Sq * DQN;
+          bulk_reduce_add_f32(plane + (i64)i0 * DQN, sdQ + wg * BR * DQN * 4, nrows * DQN * 4);
+          bulk_commit();
+        }
+      } else {
+        const int ia = i0 + 16 * warp + g;
+        float* pa0 = dq_accum + (((i64)b * Hq + h) * Sq + ia) * HD + DQN * wg + 2 * t;
+        float* pb0 = pa0 + 8 * HD;
+        if (ia + 8 < Sq) {
 #pragma unroll
-        for (int i = 0; i < DQN / 8; ++i)
-          atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+          for (int i = 0; i < DQN / 8; ++i) {
+            atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+            atomicAdd(reinterpret_cast<float2*>(pb0 + 8 * i), make_float2(dq[4 * i + 2], dq[4 * i + 3]));
+          }
+        } else if (ia < Sq) {
+#pragma unroll
+          for (int i = 0; i < DQN / 8; ++i)
+            atomicAdd(reinterpret_cast<float2*>(pa0 + 8 * i), make_float2(dq[4 * i], dq[4 * i + 1]));
+        }
       }
       // sdS is rewritten only after the next iteration's first barrier, which the warpgroups reach after their
       // dQ wait above
@@ -297,6 +325,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     qh += last_tile;
   }
   cp_async_wait<0>();  // nothing left in flight (also when no Q tile was visited)
+  if (dq_mode == 2 && (tid & 127) == 0) bulk_wait<0>();  // the last dQ reduction performed before the block ends
 
   // dK * scale, dV (rows j < Sk, columns c < Dout) in T. Entry e of n8 block i of accumulator n: key
   // kr + (e>>1)*8, column n*64 + 8i + 2t + (e&1).

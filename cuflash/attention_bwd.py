@@ -90,14 +90,17 @@ SM90_HEAD_DIMS = (64, 128)
 SM90_STAGES = 1   # Q / dO / lse / Delta buffers of bwd_dkdv_sm90; 2 (study setting): the tile after next is loaded
                   # while this one is used -- 1-4 % slower on the H200 (logs/bwd_next_st2_0b7d0ea.json)
 SM90_STAGE_CHOICES = (1, 2)
+SM90_DQ_BULK = True  # the wgmma kernel adds dQ tiles by bulk reductions of the copy engine (one per warpgroup and Q
+                     # tile, from shared memory); False: float2 atomicAdd from registers, as the mma.sync kernel
 SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait);
                       # within +-1 % of the default on the H200 (logs/bwd_next_ovl1_0b7d0ea.json)
 
 
 def sm90_smem(head_dim: int, stages: int = 1) -> int:
     """Dynamic shared memory of bwd_dkdv_sm90: 1024-byte alignment, K, V (128 rows), ``stages`` x (Q, dO (64 rows)),
-    dS^T, ``stages`` x (lse, D)."""
-    return 1024 + 2 * 128 * head_dim * 2 + stages * 2 * 64 * head_dim * 2 + 128 * 64 * 2 + stages * 2 * 64 * 4
+    dS^T, ``stages`` x (lse, D), the dQ staging of the bulk reductions (64 rows x head_dim float32)."""
+    return (1024 + 2 * 128 * head_dim * 2 + stages * 2 * 64 * head_dim * 2 + 128 * 64 * 2 + stages * 2 * 64 * 4
+            + 64 * head_dim * 4)
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -376,9 +379,13 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         qq, kk, vv, gg = (_contig(a) for a in (p.q, p.k, p.v, do_c))
     wn = warps_n(d)
     block = (128 * wn,)
+    sm90 = uses_sm90_dkdv(dt, d, dev, block_sizes)
+    # dQ accumulation: 0 none (deterministic: a dQ kernel), 1 atomicAdd into rows of d floats, 2 (wgmma kernel,
+    # SM90_DQ_BULK) bulk reductions into two planes of d / 2 columns per (batch, head)
+    dq_mode = 0 if not use_atomic else 2 if (sm90 and SM90_DQ_BULK) else 1
     dkdv_args = (qq, kk, vv, gg, lse_safe, delta, dq_accum, dk, dv, *_st(qq), *_st(kk), *_st(vv), *_st(gg),
-                 *_st(dk), *_st(dv), *common, np.int32(use_atomic))
-    if uses_sm90_dkdv(dt, d, dev, block_sizes):
+                 *_st(dk), *_st(dv), *common, np.int32(dq_mode))
+    if sm90:
         if SM90_STAGES not in SM90_STAGE_CHOICES:
             raise ValueError(f"attention_bwd.SM90_STAGES must be one of {SM90_STAGE_CHOICES}, got {SM90_STAGES!r}")
         _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES, bool(SM90_OVERLAP)),
@@ -393,7 +400,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         _compile.launch(_compile.get_kernel(SOURCE, names["convert"]), (math.ceil(rows / ROWS_PER_BLOCK),),
                         (32 * ROWS_PER_BLOCK,),
                         (dq_accum, dq, *_st(dq), np.int32(Hq), np.int32(Sq), np.int32(D), np.int32(d), scale,
-                         np.int64(rows)), what="attention_backward dQ convert")
+                         np.int64(rows), np.int32(2 if dq_mode == 2 else 1)), what="attention_backward dQ convert")
     else:
         _compile.launch(_compile.get_kernel(SOURCE, names["dq"]), (math.ceil(Sq / BM), Hq, B), block,
                         (qq, kk, vv, gg, lse_safe, delta, dq, *_st(qq), *_st(kk), *_st(vv), *_st(gg), *_st(dq),

@@ -315,12 +315,14 @@ def test_block_kv_128(rng, cp, dtype, D):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("D,sm90", [(128, True), (100, True), (64, True), (40, True), (128, False), (64, False),
+                                    (128, "atomic"), (64, "atomic"),
                                     (128, 2), (64, 2), (128, "ovl"), (64, "ovl"), (128, "2ovl"), (64, "2ovl")])
 def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
     """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 64 or 128): tails of both tiles,
     masks, GQA / MQA, the atomic and the deterministic dQ, large logits, against the float64 reference with the
     mma.sync kernel's bounds; and with SM90_DKDV off, the mma.sync kernel that Hopper then runs (the default on
-    other devices) on the same cases."""
+    other devices) on the same cases. ("atomic": dQ by atomicAdd from registers instead of the bulk reductions,
+    SM90_DQ_BULK = False; its tails are the rows past seqlen_q that a bulk reduction must not send.)"""
     from cuflash import _compile, attention_bwd as ab
 
     if _compile.compute_capability(cp.cuda.runtime.getDevice()) != 90:
@@ -329,6 +331,7 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
     # study kernels: 2 = two Q/dO buffers (SM90_STAGES), "ovl" = SM90_OVERLAP, "2ovl" = both
     monkeypatch.setattr(ab, "SM90_STAGES", 2 if sm90 in (2, "2ovl") else 1)
     monkeypatch.setattr(ab, "SM90_OVERLAP", sm90 in ("ovl", "2ovl"))
+    monkeypatch.setattr(ab, "SM90_DQ_BULK", sm90 != "atomic")
     dt = DTYPES[dtype]
     for (B, Hq, Hkv, Sq, Sk, causal, window, det) in (
             (2, 4, 4, 113, 203, False, (-1, -1), False), (1, 4, 2, 1, 239, True, (-1, -1), False),

@@ -1,6 +1,6 @@
 // cuflash/tma.cuh — the tensor memory accelerator (sm_90): tiled bulk copies global -> shared described by a
 // tensor map (CUtensorMap, built on the host by cuTensorMapEncodeTiled and passed as a __grid_constant__ kernel
-// parameter), completed on an mbarrier by transaction bytes.
+// parameter), completed on an mbarrier by transaction bytes; and bulk reductions shared -> global (bulk groups).
 #pragma once
 #include "cuflash/mbarrier.cuh"  // mbar_arrive_expect_tx
 
@@ -21,6 +21,25 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaMap* map, int
       "[%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(mbar)
       : "memory");
+}
+
+// Bulk reduction shared -> global by the copy engine: dst[k] += src[k] for `bytes` / 4 floats (dst and src
+// 16-byte aligned, bytes a multiple of 16), asynchronous; the issuing thread tracks it with bulk groups. Shared
+// memory written by the generic proxy needs fence_proxy_async() (cuflash/wgmma.cuh) and a barrier before the issue.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   __cvta_generic_to_global(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// All but the newest N bulk groups of this thread have finished reading their shared-memory source.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// All but the newest N bulk groups of this thread are complete (their writes performed).
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace cuflash

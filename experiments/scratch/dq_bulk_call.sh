@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call for SM90_DQ_BULK (wip/bwd-dq-bulk): the wgmma backward adds its dQ tiles by bulk reductions
+# (cp.reduce.async.bulk .add.f32, one per warpgroup and Q tile) instead of float2 atomicAdd. memcheck on small
+# calls, the test_sm90_dkdv matrix (both dQ modes), then the bwd bench, bf16, head_dim 64 / 128, 1K / 4K / 16K,
+# bulk (with torch) and atomic. Kernel cache carried in (carry [".kc"]; experiments/kcache_offline.py).
+#   CUFLASH_COMMIT=<hash> bash experiments/scratch/dq_bulk_call.sh
+set -u
+export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.kcache}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$CUPY_CACHE_DIR"
+ls .kc/kc.tgz.* >/dev/null 2>&1 && cat .kc/kc.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR"
+pack() { tar czf "$OUT/r.tgz" experiments/results; }
+small='import cupy as cp, cuflash, cuflash.attention_bwd as ab
+for bulk in (True, False):
+    ab.SM90_DQ_BULK = bulk
+    for d, n in ((64, 200), (128, 131)):
+        q, k, v, do = (cp.random.standard_normal((1, 2, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(4))
+        o, lse = cuflash.attention(q, k, v, causal=True, return_lse=True)
+        print(bulk, d, [float(abs(g.astype(cp.float32)).max()) for g in cuflash.attention_backward(do, q, k, v, o, lse, causal=True)])'
+timeout 60 compute-sanitizer --tool memcheck python -c "$small" 2>&1 | tail -5
+CUFLASH_GPU_RECORD=experiments/results/h200_dq_bulk_tests.json timeout 120 python -m pytest -q -p no:xdist \
+  -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=60 tests/test_attention_bwd.py -k "sm90" 2>&1 | tail -6
+pack
+bb() {  # name, statement on cuflash.attention_bwd (module ab), extra bench arguments
+  timeout ${T:-45} python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.attention_bwd as ab; $2
+sys.argv = ['attention_bwd_bench.py', '--dtypes', 'bfloat16', '--seqlens', '1024', '4096', '16384', '--rep', '20',
+            '--warmup', '3', '--name', '$1'] + '$3'.split()
+runpy.run_path('experiments/attention_bwd_bench.py', run_name='__main__')" 2>&1 | grep -v "cfg/s" | tail -14
+  pack
+}
+T=60 bb dq_bulk_on "ab.SM90_DQ_BULK = True" ""
+bb dq_bulk_off "ab.SM90_DQ_BULK = False" "--no-torch"
