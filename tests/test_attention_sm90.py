@@ -213,9 +213,9 @@ def test_declared_with_sm90a():
     decl = [e for e in _compile.declared() if e[0] == S90.SOURCE]
     release = [e for e in decl if e[3]]
     assert len(release) == len(S90.configurations())  # each launched configuration once, with its options
-    tma = sum(c[2] == "tma" for c in S90.configurations())
-    assert sum(e[2] == S90.PIN_OPTIONS for e in release) == tma  # 'tma' pinned (the default)
-    study = [e for e in decl if not e[3]]  # 'tma' unpinned (PIN_SOFTMAX = False)
+    tma = sum(c[2] in S90.PIN_VARIANTS for c in S90.configurations())
+    assert sum(e[2] == S90.PIN_OPTIONS for e in release) == tma  # 'tma' / 'tmap' pinned (the default)
+    study = [e for e in decl if not e[3]]  # 'tma' / 'tmap' unpinned (PIN_SOFTMAX = False)
     assert len(study) == tma and all(e[2] == S90.ARCH_OPTIONS for e in study)
 
 
