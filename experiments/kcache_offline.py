@@ -11,7 +11,8 @@ match (checked at 14.2 / 13.0); a mismatch only costs a compile there.
     python experiments/kcache_offline.py OUTDIR [--jobs N] [--match SUBSTR]
     (cd OUTDIR && tar czf - . | split -b 15m - ../.kc/kc.tgz.)      # then carry [".kc"]
 
-DEVICE_SITE / DEVICE_CUDA_INCLUDE below are the device's install paths (see ../shared and the device README).
+DEVICE_SITE / DEVICE_CUDA_INCLUDE / DEVICE_ROOT below are the device's paths; the source tree is read when each
+kernel is compiled, so keep it unchanged while this runs (or run it from a git worktree of the commit).
 """
 import multiprocessing as mp
 import os
@@ -25,6 +26,7 @@ import cupy.cuda.compiler as cc  # noqa: E402
 ARCH = "90"
 LOCAL_SITE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(cc.__file__))))  # site-packages
 DEVICE_SITE = "/opt/torch/.venv/lib/python3.12/site-packages"
+DEVICE_ROOT = "/work/main"  # the checkout's path on the device machine (its cuda_src/ is an include path)
 DEVICE_CUDA_INCLUDE = DEVICE_SITE + "/nvidia/cu13/include"
 
 # No driver here: CuPy's architecture queries answer sm_90.
@@ -68,8 +70,10 @@ def build(entry, outdir: str) -> str:
     source, name, extra_options = entry
     code = (_compile.SRC_DIR / source).read_text()
     local_inc = _compile.cuda_include_dir() or "\0"
+    local_root = str(_compile.SRC_DIR.parent)  # a worktree elsewhere builds the same names as /work/main
     opts, extra = _cupy_options(code, _compile.options(tuple(extra_options)), name)
-    device_opts = [o.replace(LOCAL_SITE, DEVICE_SITE).replace(local_inc, DEVICE_CUDA_INCLUDE) for o in opts]
+    device_opts = [o.replace(LOCAL_SITE, DEVICE_SITE).replace(local_inc, DEVICE_CUDA_INCLUDE)
+                   .replace(local_root + "/", DEVICE_ROOT + "/") for o in opts]
     fname = _cache_name(code, device_opts, extra, name)
     if os.path.exists(os.path.join(outdir, fname)):
         return "have"
