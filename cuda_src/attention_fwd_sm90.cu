@@ -294,11 +294,12 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // ======================================================================================================
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
-// PERSIST (with TMA): a persistent grid (one block per SM); block c takes the work tiles u = c, c + gridDim.x, ...
-// of the list ordered longest (causal) Q tile first, then head, then batch (sm90_work_tile). The K/V ring and its
-// mbarrier phases run on across work tiles (a running tile count g), so the producer loads the next work tile's
-// first K/V tiles while the consumers finish the current one (its last P V, the epilogue, the next Q): the block
-// launch, the barrier setup and the first loads' latency are paid once per SM instead of once per Q tile.
+// PERSIST (with TMA): a persistent grid (one block per SM, two at Br = 64); block c takes the work tiles u = c,
+// c + gridDim.x, ... of the list ordered longest (causal) Q tile first, then head, then batch (sm90_work_tile).
+// The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
+// the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
+// the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of
+// once per Q tile.
 // NWG == 1 (Br = 64): two blocks per SM (launch bounds of 128 registers a thread; the producer's setmaxnreg
 // down to PRODUCER_REGS pays for the consumer's rise to CONSUMER_REGS, PRODUCER_REGS + CONSUMER_REGS <= 256),
 // so one block's prologue (Q load, first K/V tile) and epilogue overlap the other's tile loop: short sequences,

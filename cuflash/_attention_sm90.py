@@ -12,8 +12,8 @@ the driver's ``cuTensorMapEncodeTiled``, 128-byte swizzle by the copy engine) in
 mbarriers by transaction bytes (``setmaxnreg`` gives the producer's registers to the consumers), and two consumer
 warpgroups that issue ``S_j`` together with ``P_{j-1}·V_{j-1}`` and run the softmax of ``S_j`` while the latter is
 in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by named barriers (FA-3 ping-pong);
-``"tmap"``: ``"tma"`` on a persistent grid (one block per SM taking the Q tiles longest first, FA-3's persistent
-kernel): the K/V ring runs on across the block's tiles, so the next tile's first loads overlap the current tile's
+``"tmap"``: ``"tma"`` on a persistent grid (one block per SM, two with the Br = 64 tile, taking the Q tiles longest
+first, FA-3's persistent kernel): the K/V ring runs on across the block's tiles, so the next tile's first loads overlap the current tile's
 last P·V, epilogue and Q load, and the block start-up is paid once per SM (not yet the default: being measured);
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
@@ -102,7 +102,7 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
 
 # The 'tma' variant is compiled with -DCUFLASH_FWD_PIN=1: a shared-memory store of each tile's softmax result
 # before the P V wait, so ptxas keeps the softmax overlapping that wgmma (see the kernel). CUFLASH_SM90_PIN=0 (or
-# PIN_SOFTMAX = False) gives the unpinned order, for study; the other variants are never pinned.
+# PIN_SOFTMAX = False) gives the unpinned order, for study; 'tmap' is pinned likewise, the other variants never.
 PIN_SOFTMAX = os.environ.get("CUFLASH_SM90_PIN", "1") == "1"
 PIN_OPTIONS = ARCH_OPTIONS + ("-DCUFLASH_FWD_PIN=1",)
 
