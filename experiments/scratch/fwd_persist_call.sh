@@ -16,7 +16,7 @@ for d, n in ((64, 700), (64, 3000), (128, 700)):
     print(d, n, float(abs(cuflash.attention(q, k, v, causal=True).astype(cp.float32)).max()))'
 timeout 90 compute-sanitizer --tool memcheck python -c "$small" 2>&1 | tail -4
 CUFLASH_WARM_CACHE=0 CUFLASH_GPU_RECORD=experiments/results/h200_fwd_persist_tests.json timeout 200 python -m pytest -q -n 8 \
-  -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=120 tests/test_attention_sm90.py -k "tmap" 2>&1 | tail -6
+  -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=120 tests/test_attention_sm90.py -k "tmap or persistent" 2>&1 | tail -6
 pack
 timeout 200 python experiments/scratch/fwd_variant_ab.py --a tma --b tmap --rep 20 2>&1 | tail -24
 pack
