@@ -152,6 +152,36 @@ __device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const floa
   }
 }
 
+// One work tile: query rows [q0, q0 + Br) of head h of batch b, and the K/V tiles [j_lo, j_lo + n_tiles) of Bc
+// keys its mask leaves visible. PERSIST: work index u of the list ordered longest (causal) Q tile first, then
+// head, then batch; else the block's own tile (gridDim.x Q tiles, longest first; blockIdx.y head; blockIdx.z batch).
+struct Sm90Work {
+  int q0, h, b, j_lo, n_tiles;
+};
+template <int Br, int Bc, bool PERSIST>
+__device__ __forceinline__ Sm90Work sm90_work_tile(i64 u, int n_q, int heads_q, int batch, int seqlen_q,
+                                                   int seqlen_k, int left, int right) {
+  Sm90Work w;
+  if (PERSIST) {
+    const i64 n_hb = (i64)heads_q * batch;
+    const int hb = (int)(u % n_hb);
+    w.q0 = (n_q - 1 - (int)(u / n_hb)) * Br;
+    w.h = hb % heads_q;
+    w.b = hb / heads_q;
+  } else {
+    w.q0 = (gridDim.x - 1 - blockIdx.x) * Br;
+    w.h = blockIdx.y;
+    w.b = blockIdx.z;
+  }
+  const int shift = seqlen_k - seqlen_q;
+  const int q1 = min(w.q0 + Br, seqlen_q);
+  const int hi = right < 0 ? seqlen_k : min(seqlen_k, q1 - 1 + shift + right + 1);
+  const int lo = left < 0 ? 0 : max(0, w.q0 + shift - left);
+  w.j_lo = lo / Bc;
+  w.n_tiles = hi > lo ? (hi + Bc - 1) / Bc - w.j_lo : 0;
+  return w;
+}
+
 #define SM90_KERNEL_PARAMS                                                                                 \
   const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,        \
       float *__restrict__ lse, i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, \
@@ -264,19 +294,26 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // ======================================================================================================
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
+// PERSIST (with TMA): a persistent grid (one block per SM, two at Br = 64); block c takes the work tiles u = c,
+// c + gridDim.x, ... of the list ordered longest (causal) Q tile first, then head, then batch (sm90_work_tile).
+// The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
+// the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
+// the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of
+// once per Q tile.
 // NWG == 1 (Br = 64): two blocks per SM (launch bounds of 128 registers a thread; the producer's setmaxnreg
 // down to PRODUCER_REGS pays for the consumer's rise to CONSUMER_REGS, PRODUCER_REGS + CONSUMER_REGS <= 256),
 // so one block's prologue (Q load, first K/V tile) and epilogue overlap the other's tile loop: short sequences,
-// whose blocks see few K/V tiles, are bound by those per-block phases.
+// whose blocks see few K/V tiles, are bound by those per-block phases (persistent: two blocks per SM too).
 template <typename T, int HEAD_DIM, int NWG, int Bc, int PVN, int STAGES, bool PINGPONG, int PRODUCER_REGS,
-          int CONSUMER_REGS, bool TMA>
+          int CONSUMER_REGS, bool TMA, bool PERSIST>
 __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     attention_fwd_sm90_ws(SM90_KERNEL_PARAMS, const __grid_constant__ TmaMap tmap_k,
-                          const __grid_constant__ TmaMap tmap_v) {
+                          const __grid_constant__ TmaMap tmap_v, int batch) {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head_dim 64 or 128");
   static_assert(Bc == 64 || Bc == 128, "Bc 64 or 128");
   static_assert(PVN == 64 || PVN == HEAD_DIM, "PVN");
   static_assert(STAGES >= 2 && (!PINGPONG || NWG == 2), "stages / ping-pong with two consumers");
+  static_assert(TMA || !PERSIST, "the persistent grid needs the TMA producer");
   static_assert(NWG != 1 || PRODUCER_REGS + CONSUMER_REGS <= 256, "two blocks per SM: 128 registers a thread");
   constexpr int Br = 64 * NWG;
   constexpr int Q_BYTES = Br * HEAD_DIM * 2, KV_BYTES = Bc * HEAD_DIM * 2;
@@ -291,15 +328,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
 
   const int tid = threadIdx.x, wg = tid >> 7;
   const int warp = (tid >> 5) & 3, lane = tid & 31, t = lane & 3;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * Br;  // longest (causal) Q tiles first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / group;
-  const int shift = seqlen_k - seqlen_q;
-
-  const int q1 = min(q0 + Br, seqlen_q);
-  const int hi = right < 0 ? seqlen_k : min(seqlen_k, q1 - 1 + shift + right + 1);
-  const int lo = left < 0 ? 0 : max(0, q0 + shift - left);
-  const int j_lo = lo / Bc;
-  const int n_tiles = hi > lo ? (hi + Bc - 1) / Bc - j_lo : 0;
 
   if (tid == 0) {
 #pragma unroll
@@ -314,25 +342,38 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   if (wg == 0) {
     // ---------------- producer: K/V tiles into the ring ----------------
     setmaxnreg_dec<PRODUCER_REGS>();
+    // the work tiles of this block: one (blockIdx) or, persistent, u = blockIdx.x + k * gridDim.x < n_work
+    // (computed after setmaxnreg: values live across it get spilled)
+    const int n_q = (seqlen_q + Br - 1) / Br;
+    const i64 n_work = PERSIST ? (i64)n_q * heads_q * batch : 1;
+    const i64 u_first = PERSIST ? blockIdx.x : 0, u_step = PERSIST ? gridDim.x : 1;
     if constexpr (TMA) {
-      // One thread: wait for the consumers to free a stage, announce its bytes, issue the copies.
+      // One thread: wait for the consumers to free a stage, announce its bytes, issue the copies. g counts the
+      // K/V tiles of every work tile of this block (stage g % STAGES, its (g / STAGES)-th use).
       if (tid == 0) {
-        for (int it = 0; it < n_tiles; ++it) {
-          const int st = it % STAGES, k0 = (j_lo + it) * Bc;
-          if (it >= STAGES) mbar_wait(bar_empty + 8 * st, ((it / STAGES) - 1) & 1);
-          const unsigned full = bar_full + 8 * st;
-          mbar_arrive_expect_tx(full, 2 * KV_BYTES);
+        int g = 0;
+        for (i64 u = u_first; u < n_work; u += u_step) {
+          const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
+          const int hk = wk.h / group;
+          for (int it = 0; it < wk.n_tiles; ++it, ++g) {
+            const int st = g % STAGES, k0 = (wk.j_lo + it) * Bc;
+            if (g >= STAGES) mbar_wait(bar_empty + 8 * st, ((g / STAGES) - 1) & 1);
+            const unsigned full = bar_full + 8 * st;
+            mbar_arrive_expect_tx(full, 2 * KV_BYTES);
 #pragma unroll
-          for (int blk = 0; blk < HEAD_DIM / 64; ++blk) {
-            tma_load_4d(sK + st * KV_BYTES + blk * (Bc * 128), &tmap_k, blk * 64, k0, hk, b, full);
-            tma_load_4d(sV + st * KV_BYTES + blk * (Bc * 128), &tmap_v, blk * 64, k0, hk, b, full);
+            for (int blk = 0; blk < HEAD_DIM / 64; ++blk) {
+              tma_load_4d(sK + st * KV_BYTES + blk * (Bc * 128), &tmap_k, blk * 64, k0, hk, wk.b, full);
+              tma_load_4d(sV + st * KV_BYTES + blk * (Bc * 128), &tmap_v, blk * 64, k0, hk, wk.b, full);
+            }
           }
         }
       }
       return;
     }
-    const T* kp = k + b * k_sb + hk * k_sh;
-    const T* vp = v + b * v_sb + hk * v_sh;
+    const Sm90Work wk = sm90_work_tile<Br, Bc, false>(0, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
+    const int n_tiles = wk.n_tiles, j_lo = wk.j_lo;
+    const T* kp = k + wk.b * k_sb + (wk.h / group) * k_sh;
+    const T* vp = v + wk.b * v_sb + (wk.h / group) * v_sh;
     // Two tiles in flight: tile it is signalled as soon as it has landed (each thread waits for its own copies,
     // fences them to the async proxy, then arrives: the mbarrier completes once all 128 have), then tile it+2
     // is issued into the stage the consumers released (tile it+2-STAGES). One cp.async group per tile.
@@ -360,119 +401,135 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   } else {
     // ---------------- consumers ----------------
     setmaxnreg_inc<CONSUMER_REGS>();
+    // the work tiles of this block: one (blockIdx) or, persistent, u = blockIdx.x + k * gridDim.x < n_work
+    // (computed after setmaxnreg: values live across it get spilled)
+    const int n_q = (seqlen_q + Br - 1) / Br;
+    const i64 n_work = PERSIST ? (i64)n_q * heads_q * batch : 1;
+    const i64 u_first = PERSIST ? blockIdx.x : 0, u_step = PERSIST ? gridDim.x : 1;
+    const int shift = seqlen_k - seqlen_q;
     const int c = wg - 1;  // consumer index
-    const int wrow0 = q0 + c * 64;
-    const int row_a = wrow0 + warp * 16 + (lane >> 2);
     const unsigned sQw = sQ + c * 64 * 128;
-    {  // this warpgroup's 64 Q rows
-      const T* qp = q + b * q_sb + h * q_sh;
-      load_tile_sw128<T, HEAD_DIM, 64, 128, Br>(sQw, qp, q_ss, wrow0, seqlen_q, tid & 127);
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_proxy_async();
-      named_bar_sync(BAR_Q + c, 128);
-    }
-
-    float o[NPV][OREG];
-#pragma unroll
-    for (int n = 0; n < NPV; ++n)
-#pragma unroll
-      for (int i = 0; i < OREG; ++i) o[n][i] = 0.f;
-    float s[Bc / 2];
-#pragma unroll
-    for (int i = 0; i < Bc / 2; ++i) s[i] = 0.f;
-    unsigned pa[Bc / 16][4];
-    float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
-
-    // Ping-pong turns: consumer c waits on BAR_SCHED + c before issuing, then hands the turn to the other
-    // (except after its last issue block if it is consumer 1: consumer 0 then has no block left to issue).
-    auto turn_wait = [&]() {
-      if constexpr (PINGPONG) named_bar_sync(BAR_SCHED + c, 256);
-    };
-    auto turn_pass = [&](bool last) {
-      if constexpr (PINGPONG) {
-        if (!(last && c == 1)) named_bar_arrive(BAR_SCHED + (c ^ 1), 256);
+    int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
+    for (i64 u = u_first; u < n_work; u += u_step) {
+      const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
+      const int n_tiles = wk.n_tiles, j_lo = wk.j_lo, h = wk.h, b = wk.b;
+      const int wrow0 = wk.q0 + c * 64;
+      const int row_a = wrow0 + warp * 16 + (lane >> 2);
+      {  // this warpgroup's 64 Q rows (its previous epilogue staged O there: every warp must be done with it)
+        if (PERSIST) named_bar_sync(BAR_Q + c, 128);
+        const T* qp = q + b * q_sb + h * q_sh;
+        load_tile_sw128<T, HEAD_DIM, 64, 128, Br>(sQw, qp, q_ss, wrow0, seqlen_q, tid & 127);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async();
+        named_bar_sync(BAR_Q + c, 128);
       }
-    };
-    if (n_tiles > 0) {
-      if (PINGPONG && c == 1) named_bar_arrive(BAR_SCHED + 0, 256);  // consumer 0 issues first
 
-      // ---- tile 0: S_0, softmax ----
-      mbar_wait(bar_full, 0);  // (the producer fenced its copies to the async proxy before arriving)
-      turn_wait();
-      fence_regs(s);
-      wgmma_fence();
-      issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK);
-      wgmma_commit();
-      turn_pass(false);
-      wgmma_wait<0>();
-      fence_regs(s);
-      softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(j_lo * Bc, wrow0, seqlen_k, shift, left, right),
-                       j_lo * Bc, row_a, t, seqlen_k, shift, left, right, scale_log2);
-      pack_p<T, Bc>(pa, s);
+      float o[NPV][OREG];
+#pragma unroll
+      for (int n = 0; n < NPV; ++n)
+#pragma unroll
+        for (int i = 0; i < OREG; ++i) o[n][i] = 0.f;
+      float s[Bc / 2];
+#pragma unroll
+      for (int i = 0; i < Bc / 2; ++i) s[i] = 0.f;
+      unsigned pa[Bc / 16][4];
+      float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
 
-      // ---- tiles 1..n-1: issue S_it and P_{it-1} V_{it-1}; softmax S_it while P V runs ----
-      for (int it = 1; it < n_tiles; ++it) {
-        const int st = it % STAGES, pst = (it - 1) % STAGES;
-        const int k0 = (j_lo + it) * Bc;
-        mbar_wait(bar_full + 8 * st, (it / STAGES) & 1);
+      // Ping-pong turns: consumer c waits on BAR_SCHED + c before issuing, then hands the turn to the other
+      // (except after its last issue block if it is consumer 1: consumer 0 then has no block left to issue).
+      // Both consumers issue n_tiles + 1 blocks per work tile, so the turns balance within each work tile.
+      auto turn_wait = [&]() {
+        if constexpr (PINGPONG) named_bar_sync(BAR_SCHED + c, 256);
+      };
+      auto turn_pass = [&](bool last) {
+        if constexpr (PINGPONG) {
+          if (!(last && c == 1)) named_bar_arrive(BAR_SCHED + (c ^ 1), 256);
+        }
+      };
+      if (n_tiles > 0) {
+        if (PINGPONG && c == 1) named_bar_arrive(BAR_SCHED + 0, 256);  // consumer 0 issues first
+
+        // ---- tile 0: S_0, softmax ----
+        mbar_wait(bar_full + 8 * (g % STAGES), (g / STAGES) & 1);  // (the copies are async-proxy writes)
         turn_wait();
         fence_regs(s);
+        wgmma_fence();
+        issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + (g % STAGES) * KV_BYTES);
+        wgmma_commit();
+        turn_pass(false);
+        wgmma_wait<0>();
+        fence_regs(s);
+        softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(j_lo * Bc, wrow0, seqlen_k, shift, left, right),
+                         j_lo * Bc, row_a, t, seqlen_k, shift, left, right, scale_log2);
+        pack_p<T, Bc>(pa, s);
+
+        // ---- tiles 1..n-1: issue S_it and P_{it-1} V_{it-1}; softmax S_it while P V runs ----
+        for (int it = 1; it < n_tiles; ++it) {
+          const int gi = g + it, st = gi % STAGES, pst = (gi - 1) % STAGES;
+          const int k0 = (j_lo + it) * Bc;
+          mbar_wait(bar_full + 8 * st, (gi / STAGES) & 1);
+          turn_wait();
+          fence_regs(s);
+#pragma unroll
+          for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+#pragma unroll
+          for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+          wgmma_fence();
+          issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + st * KV_BYTES);
+          wgmma_commit();
+          issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + pst * KV_BYTES);
+          wgmma_commit();
+          turn_pass(false);
+          wgmma_wait<1>();  // S_it done (P V still in flight)
+          fence_regs(s);
+          softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(k0, wrow0, seqlen_k, shift, left, right), k0,
+                           row_a, t, seqlen_k, shift, left, right, scale_log2);
+          fence_regs(s);    // keep the softmax above the wait (it overlaps the P V wgmma in flight)
+          fence_regs(alpha);
+          fence_regs(l);
+#if CUFLASH_FWD_PIN
+          // CUFLASH_FWD_PIN (the default for the 'tma' variant): the empty fences above order nothing in ptxas,
+          // which moved this wait above the softmax (ptxas 13.0); a shared-memory store of its result (a slot per
+          // warp after the mbarriers, never read) keeps the softmax between the two waits, overlapping the P V
+          // wgmma (experiments/scratch/sass_order.py; 0-3 % faster on the H200, logs/fwd_pin_ab_0b7d0ea.json).
+          if (lane == 0)
+            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(bar_empty + 8 * STAGES + 4 * (4 * c + warp)),
+                         "f"(l[0] + l[1])
+                         : "memory");
+#endif
+          wgmma_wait<0>();  // P_{it-1} V_{it-1} done: O, pa and stage pst free
+#pragma unroll
+          for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+#pragma unroll
+          for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(bar_empty + 8 * pst);
+          rescale_o(o, alpha);
+          pack_p<T, Bc>(pa, s);
+        }
+
+        // ---- last P V ----
+        const int lst = (g + n_tiles - 1) % STAGES;
+        turn_wait();
 #pragma unroll
         for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
         wgmma_fence();
-        issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + st * KV_BYTES);
+        issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + lst * KV_BYTES);
         wgmma_commit();
-        issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + pst * KV_BYTES);
-        wgmma_commit();
-        turn_pass(false);
-        wgmma_wait<1>();  // S_it done (P V still in flight)
-        fence_regs(s);
-        softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(k0, wrow0, seqlen_k, shift, left, right), k0,
-                         row_a, t, seqlen_k, shift, left, right, scale_log2);
-        fence_regs(s);    // keep the softmax above the wait (it overlaps the P V wgmma in flight)
-        fence_regs(alpha);
-        fence_regs(l);
-#if CUFLASH_FWD_PIN
-        // CUFLASH_FWD_PIN (the default for the 'tma' variant): the empty fences above order nothing in ptxas,
-        // which moved this wait above the softmax (ptxas 13.0); a shared-memory store of its result (a slot per
-        // warp after the mbarriers, never read) keeps the softmax between the two waits, overlapping the P V wgmma
-        // (experiments/scratch/sass_order.py; 0-3 % faster on the H200, logs/fwd_pin_ab_0b7d0ea.json).
-        if (lane == 0)
-          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(bar_empty + 8 * STAGES + 4 * (4 * c + warp)), "f"(l[0] + l[1])
-                       : "memory");
-#endif
-        wgmma_wait<0>();  // P_{it-1} V_{it-1} done: O, pa and stage pst free
+        turn_pass(true);
+        wgmma_wait<0>();
 #pragma unroll
         for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
-#pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
         __syncwarp();
-        if (lane == 0) mbar_arrive(bar_empty + 8 * pst);
-        rescale_o(o, alpha);
-        pack_p<T, Bc>(pa, s);
+        if (lane == 0) mbar_arrive(bar_empty + 8 * lst);
+        g += n_tiles;
       }
-
-      // ---- last P V ----
-      turn_wait();
-#pragma unroll
-      for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
-#pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
-      wgmma_fence();
-      issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + ((n_tiles - 1) % STAGES) * KV_BYTES);
-      wgmma_commit();
-      turn_pass(true);
-      wgmma_wait<0>();
-#pragma unroll
-      for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar_empty + 8 * ((n_tiles - 1) % STAGES));
+      epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
+                                lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
     }
-    epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
-                              lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
   }
 }
 

@@ -12,6 +12,9 @@ the driver's ``cuTensorMapEncodeTiled``, 128-byte swizzle by the copy engine) in
 mbarriers by transaction bytes (``setmaxnreg`` gives the producer's registers to the consumers), and two consumer
 warpgroups that issue ``S_j`` together with ``P_{j-1}·V_{j-1}`` and run the softmax of ``S_j`` while the latter is
 in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by named barriers (FA-3 ping-pong);
+``"tmap"``: ``"tma"`` on a persistent grid (one block per SM, two with the Br = 64 tile, taking the Q tiles longest
+first, FA-3's persistent kernel): the K/V ring runs on across the block's tiles, so the next tile's first loads overlap the current tile's
+last P·V, epilogue and Q load, and the block start-up is paid once per SM (not yet the default: being measured);
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
@@ -54,18 +57,28 @@ HEAD_DIMS = (64, 128)
 #   "ws_nopp" version 4 without the ping-pong turns;
 #   "simple"  version 3: every thread loads (cp.async, 2 stages, __syncthreads), warpgroups compute in lockstep.
 #   "tma"     version 4 with the K/V loads by the tensor memory accelerator (one producer thread).
-VARIANTS = ("tma", "ws", "ws_nopp", "simple")
+#   "tmap"    "tma" on a persistent grid (one block per SM, two at Br = 64, looping over the Q tiles, longest
+#             first; the K/V ring runs on across them, so the next tile's loads overlap the current tile's last
+#             P V and epilogue). Study.
+VARIANTS = ("tma", "tmap", "ws", "ws_nopp", "simple")
+PERSISTENT = ("tmap",)
 DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "tma")
 WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
 # Br = 64 (one consumer warpgroup, no ping-pong): two blocks per SM, 128 registers a thread at launch, moved from
 # the producer (24) to the consumer (232) by setmaxnreg
 WS1_PRODUCER_REGS, WS1_CONSUMER_REGS = 24, 232
+# setmaxnreg budgets (producer, consumer) per variant where they differ at Br = 128: the persistent loop's state
+# needs more consumer registers (224 spilled at d128); its one TMA thread needs few. 128·24 + 256·240 = 168 per
+# thread × 384.
+REGS = {"tmap": (24, 240)}
 
 # (Br, Bc, pv_n) per (variant, head_dim), default first. Br = 64 * consumer warpgroups; pv_n = N of each
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
     ("tma", 64): [(128, 128, 64), (64, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
+    # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
+    ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -79,22 +92,27 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
     if variant == "simple":
         return f"cuflash::attention_fwd_sm90<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}>"
     pp = "false" if variant == "ws_nopp" or Br == 64 else "true"
-    tma = "true" if variant == "tma" else "false"
-    regs = (WS1_PRODUCER_REGS, WS1_CONSUMER_REGS) if Br == 64 else (WS_PRODUCER_REGS, WS_CONSUMER_REGS)
+    tma = "true" if variant in ("tma", "tmap") else "false"
+    persist = "true" if variant in PERSISTENT else "false"
+    preg, creg = ((WS1_PRODUCER_REGS, WS1_CONSUMER_REGS) if Br == 64
+                  else REGS.get(variant, (WS_PRODUCER_REGS, WS_CONSUMER_REGS)))
     return (f"cuflash::attention_fwd_sm90_ws<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}, {WS_STAGES}, {pp}, "
-            f"{regs[0]}, {regs[1]}, {tma}>")
+            f"{preg}, {creg}, {tma}, {persist}>")
 
 
 # The 'tma' variant is compiled with -DCUFLASH_FWD_PIN=1: a shared-memory store of each tile's softmax result
 # before the P V wait, so ptxas keeps the softmax overlapping that wgmma (see the kernel). CUFLASH_SM90_PIN=0 (or
-# PIN_SOFTMAX = False) gives the unpinned order, for study; the other variants are never pinned.
+# PIN_SOFTMAX = False) gives the unpinned order, for study; 'tmap' is pinned likewise, the other variants never.
 PIN_SOFTMAX = os.environ.get("CUFLASH_SM90_PIN", "1") == "1"
 PIN_OPTIONS = ARCH_OPTIONS + ("-DCUFLASH_FWD_PIN=1",)
 
 
+PIN_VARIANTS = ("tma", "tmap")
+
+
 def compile_options(variant: str) -> tuple[str, ...]:
-    """The NVRTC options a variant is launched with (pinned 'tma' while PIN_SOFTMAX is on)."""
-    return PIN_OPTIONS if (PIN_SOFTMAX and variant == "tma") else ARCH_OPTIONS
+    """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on)."""
+    return PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
@@ -118,7 +136,7 @@ def configurations():
 def _declare():
     for (dt, d, var, br, bc, pv) in configurations():
         name = kernel_name(dt, d, var, br, bc, pv)
-        if var == "tma":  # pinned (the default) and unpinned (PIN_SOFTMAX = False, study)
+        if var in PIN_VARIANTS:  # pinned (the default) and unpinned (PIN_SOFTMAX = False, study)
             _compile.declare(SOURCE, [name], extra_options=PIN_OPTIONS)
             _compile.declare(SOURCE, [name], extra_options=ARCH_OPTIONS, release=False)
         else:
@@ -273,8 +291,9 @@ def _tensor_map(ptr, dtype_name, shape, strides_bytes, box_rows):
 def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     """Run the sm90 kernel on a prepared :class:`AttnProblem` ``p``.
 
-    ``variant``: "tma" (default, or $CUFLASH_SM90_VARIANT), "ws", "ws_nopp" or "simple" (see VARIANTS; the
-    default falls back to "ws" when K or V cannot be described by a tensor map, an explicit "tma" raises);
+    ``variant``: "tma" (default, or $CUFLASH_SM90_VARIANT), "tmap", "ws", "ws_nopp" or "simple" (see VARIANTS;
+    the default falls back to "ws" when K or V cannot be described by a tensor map, an explicit "tma"/"tmap"
+    raises);
     ``block_sizes`` (Br, Bc) and ``pv_n`` pick an instantiated tile configuration of that variant.
     Returns ``(out, lse)``: out (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; lse float32
     (batch, heads_q, seqlen_q), natural-log logsumexp of the scaled masked scores, -inf (and out 0) for a row
@@ -317,25 +336,29 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
             np.float32(scale * LOG2E), np.int32(left), np.int32(right))
     if var != "simple":
         maps = None
-        if var == "tma" and Sk == 0:  # no key: no tile is ever loaded
+        if var in ("tma", "tmap") and Sk == 0:  # no key: no tile is ever loaded
             maps = (_ZERO_MAP, _ZERO_MAP)
-        elif var == "tma":
+        elif var in ("tma", "tmap"):
             maps = (tensor_map(kk, bc), tensor_map(vv, bc))
             if maps[0] is None or maps[1] is None:  # not describable by a tensor map: the cp.async producer
                 if variant is not None:
-                    raise ValueError("variant 'tma' needs K and V with 16-byte aligned data and strides that are "
+                    raise ValueError(f"variant {var!r} needs K and V with 16-byte aligned data and strides that are "
                                      "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
                 if block_sizes is None:  # the cp.async producer's own default tile
                     br, bc, pv = default_tile(var, d, Sk)
-        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP))
+        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP)) + (np.int32(B),)
     opts = compile_options(var)
     pin = opts == PIN_OPTIONS
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), opts)
     if br == 64 and kern not in _CARVED:  # two blocks per SM: all of the unified L1 as shared memory
         kern.preferred_shared_memory_carveout = 100
         _CARVED.add(kern)
-    grid = (math.ceil(Sq / br), Hq, B)
+    if var in PERSISTENT:  # one block per SM (two at Br = 64), each loops over the Q tiles
+        per_sm = 2 if br == 64 else 1
+        grid = (min(math.ceil(Sq / br) * Hq * B, per_sm * _compile.sm_count(p.q.device.id)), 1, 1)
+    else:
+        grid = (math.ceil(Sq / br), Hq, B)
     _compile.launch(kern, grid, (threads(var, br),), args, shared_mem=smem_bytes(var, d, br, bc, pin),
                     what=f"attention sm90 {var} (Br={br}, Bc={bc}, pv_n={pv}, head_dim={d}, {dt})")
     if d != p.head_dim:

@@ -201,7 +201,8 @@ def test_tensor_map_arguments_and_refusals(monkeypatch):
 
 def test_configurations_fit_h200_shared_memory():
     for (dt, d, var, br, bc, pv) in S90.configurations():
-        assert S90.smem_bytes(var, d, br, bc) <= 227 * 1024, (dt, d, var, br, bc)
+        pin = S90.compile_options(var) == S90.PIN_OPTIONS
+        assert S90.smem_bytes(var, d, br, bc, pin) <= 227 * 1024, (dt, d, var, br, bc)
         assert br % 64 == 0 and S90.threads(var, br) <= 1024
         name = S90.kernel_name(dt, d, var, br, bc, pv)
         assert f"<{_dtypes.ctype(dt)}, {d}, {br // 64}, {bc}, {pv}" in name, name
@@ -213,9 +214,9 @@ def test_declared_with_sm90a():
     decl = [e for e in _compile.declared() if e[0] == S90.SOURCE]
     release = [e for e in decl if e[3]]
     assert len(release) == len(S90.configurations())  # each launched configuration once, with its options
-    tma = sum(c[2] == "tma" for c in S90.configurations())
-    assert sum(e[2] == S90.PIN_OPTIONS for e in release) == tma  # 'tma' pinned (the default)
-    study = [e for e in decl if not e[3]]  # 'tma' unpinned (PIN_SOFTMAX = False)
+    tma = sum(c[2] in S90.PIN_VARIANTS for c in S90.configurations())
+    assert sum(e[2] == S90.PIN_OPTIONS for e in release) == tma  # 'tma' / 'tmap' pinned (the default)
+    study = [e for e in decl if not e[3]]  # 'tma' / 'tmap' unpinned (PIN_SOFTMAX = False)
     assert len(study) == tma and all(e[2] == S90.ARCH_OPTIONS for e in study)
 
 
@@ -277,6 +278,26 @@ def test_gpu_reference_matches_cpu_reference(rng):
 
 # ------------------------------------------------------------------------------------------------ GPU tests
 VARS = list(S90.VARIANTS)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_persistent_blocks_take_several_tiles(cp, rng, head_dim, mask):
+    """'tmap' with many more Q tiles than blocks (each block loops over several, the K/V ring and its mbarrier
+    phases running on across them), and seqlen_q >> seqlen_k with a local window (Q tiles that see no key between
+    ones that do): the reference check, and output and lse bitwise equal to 'tma' with the same tile."""
+    causal, window = MASKS[mask]
+    br, bc, pv = S90.TILES[("tmap", head_dim)][0]
+    for (b, h, sq, sk) in ((4, 16, 2048, 2048), (2, 8, 3000, 400)):
+        q = randn(cp, rng, (b, h, sq, head_dim), BF16)
+        k = randn(cp, rng, (b, h, sk, head_dim), BF16)
+        v = randn(cp, rng, (b, h, sk, head_dim), BF16)
+        o1, l1 = check(q, k, v, causal, None, window, what=f"d{head_dim} {mask} {b}x{h}x{sq}x{sk}", variant="tmap")
+        o0, l0 = run(q, k, v, causal, None, window, variant="tma", block_sizes=(br, bc), pv_n=pv)
+        assert bool(cp.array_equal(o0.view(cp.uint16), o1.view(cp.uint16))), f"tmap != tma {sq}x{sk}"
+        assert bool(cp.array_equal(l0.view(cp.uint32), l1.view(cp.uint32))), f"tmap lse != tma {sq}x{sk}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])

@@ -2,7 +2,7 @@
 HGMMA issues (G), warpgroup waits (W<n>: WARPGROUP.DEPBAR.LE gsb0, n), shuffles (s) and MUFU.EX2 (e), compressed,
 compiled by this machine's NVRTC with and without -DCUFLASH_FWD_PIN=1 (scratch; needs nvdisasm on the PATH or in
 the nvidia cu13 wheel). The softmax overlaps the P V wgmma when its EX2s sit between 'W1' and 'W0'.
-    python experiments/scratch/sass_order.py"""
+    python experiments/scratch/sass_order.py [VARIANT ...]   (default: tma)"""
 import glob, os, shutil, subprocess, sys, tempfile
 sys.path.insert(0, ".")
 from cupy_backends.cuda.libs import nvrtc
@@ -12,9 +12,10 @@ tool = shutil.which("nvdisasm") or next(iter(glob.glob(os.path.join(os.path.dirn
                                                                    "nvidia", "cu13", "bin", "nvdisasm"))), None)
 code = (_compile.SRC_DIR / S.SOURCE).read_text()
 print("nvrtc", nvrtc.getVersion(), "nvdisasm", tool)
-for d in (64, 128):
-    for (br, bc, pv) in S.TILES[("tma", d)]:
-        name = S.kernel_name(_dtypes.bfloat16, d, "tma", br, bc, pv)
+VARS = sys.argv[1:] or ["tma"]  # variants to show (e.g. tma tmap)
+for var, d in ((v, d) for v in VARS for d in (64, 128)):
+    for (br, bc, pv) in S.TILES[(var, d)]:
+        name = S.kernel_name(_dtypes.bfloat16, d, var, br, bc, pv)
         for label, extra in (("base", S.ARCH_OPTIONS), ("pin", S.PIN_OPTIONS)):
             prog = nvrtc.createProgram(code, S.SOURCE, [], [])
             nvrtc.addNameExpression(prog, name)
@@ -41,4 +42,4 @@ for d in (64, 128):
                     out[-1][1] += 1
                 else:
                     out.append([e, 1])
-            print(f"head_dim {d} Br {br} pv_n {pv} {label:4}: " + " ".join(e + (str(c) if c > 1 else "") for e, c in out))
+            print(f"{var} head_dim {d} Br {br} pv_n {pv} {label:4}: " + " ".join(e + (str(c) if c > 1 else "") for e, c in out))
