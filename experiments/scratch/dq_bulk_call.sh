@@ -3,6 +3,7 @@
 # (cp.reduce.async.bulk .add.f32, one per warpgroup and Q tile) instead of float2 atomicAdd. memcheck on small
 # calls, the test_sm90_dkdv matrix (both dQ modes), then the bwd bench, bf16, head_dim 64 / 128, 1K / 4K / 16K,
 # bulk (with torch) and atomic. Kernel cache carried in (carry [".kc"]; experiments/kcache_offline.py).
+# SKIP_TESTS=1: leave the tests to the full suite (gpu_run.sh) run in the same call.
 #   CUFLASH_COMMIT=<hash> bash experiments/scratch/dq_bulk_call.sh
 set -u
 export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.kcache}
@@ -17,7 +18,7 @@ for bulk in (True, False):
         o, lse = cuflash.attention(q, k, v, causal=True, return_lse=True)
         print(bulk, d, [float(abs(g.astype(cp.float32)).max()) for g in cuflash.attention_backward(do, q, k, v, o, lse, causal=True)])'
 timeout 60 compute-sanitizer --tool memcheck python -c "$small" 2>&1 | tail -5
-CUFLASH_GPU_RECORD=experiments/results/h200_dq_bulk_tests.json timeout 120 python -m pytest -q -p no:xdist \
+[ "${SKIP_TESTS:-0}" = 1 ] || CUFLASH_GPU_RECORD=experiments/results/h200_dq_bulk_tests.json timeout 120 python -m pytest -q -p no:xdist \
   -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=60 tests/test_attention_bwd.py -k "sm90" 2>&1 | tail -6
 pack
 bb() {  # name, statement on cuflash.attention_bwd (module ab), extra bench arguments
