@@ -33,6 +33,11 @@
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
+// 1: with one buffer (STAGES = 1) lse and Delta come by cp.async with Q and dO; 0 (study): plain loads by the
+// first 64 threads after the barrier, lse scaled by log2e on the way (with two buffers always cp.async)
+#ifndef CUFLASH_BWD_LSE_ASYNC
+#define CUFLASH_BWD_LSE_ASYNC 1
+#endif
 
 namespace cuflash {
 namespace attn_bwd {
@@ -94,7 +99,9 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   load_tile_sw128<T, HD, BC, NT>(sV, v + (i64)b * v_sb + (i64)hk * v_sh, v_ss, j0, Sk, tid);
 
   // The loads of iteration (query head qh of the group, Q tile qt) into buffer st: Q_i, dO_i, lse and Delta by
-  // cp.async (raw lse, 0 past seqlen_q, where the per-entry mask zeroes P: such a tile is never full).
+  // cp.async (raw lse, 0 past seqlen_q, where the per-entry mask zeroes P: such a tile is never full); or, with
+  // LSE_ASYNC off, lse (scaled by log2e, +inf past seqlen_q: P = 0) and Delta by plain loads.
+  constexpr bool LSE_ASYNC = STAGES == 2 || CUFLASH_BWD_LSE_ASYNC;
   const T* const qg = q + (i64)b * q_sb + (i64)hk * group * q_sh;  // query head 0 of the group
   const T* const dog = dout + (i64)b * do_sb + (i64)hk * group * do_sh;
   const i64 rb0 = ((i64)b * Hq + (i64)hk * group) * Sq;
@@ -105,7 +112,13 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     load_tile_sw128<T, HD, BR, NT>(sQ + Q_BYTES, dog + (i64)qh * do_sh, do_ss, i0, Sq, tid);
     const i64 rb = rb0 + (i64)qh * Sq;
     float* const sLse = sLse0 + st * 2 * BR;
-    if (tid < 2 * BR) {  // (a plain load would hold its warps until the data arrived, before their dQ work)
+    if constexpr (!LSE_ASYNC) {  // (these warps wait for the data here, before their dQ work)
+      if (tid < BR) {
+        const int i = i0 + tid;
+        sLse[tid] = i < Sq ? lse_safe[rb + i] * LOG2E : INFINITY;
+        sLse[BR + tid] = i < Sq ? delta[rb + i] : 0.f;
+      }
+    } else if (tid < 2 * BR) {
       const int r = tid & (BR - 1), i = i0 + r;
       const float* src = tid < BR ? lse_safe : delta;
       cp_async_4(smem_u32(sLse + tid), i < Sq ? src + rb + i : src, i < Sq);
@@ -145,7 +158,7 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         float2 l2 = *reinterpret_cast<const float2*>(sLse + 8 * i + 2 * t);
-        l2 = make_float2(l2.x * LOG2E, l2.y * LOG2E);  // raw lse in shared memory
+        if constexpr (LSE_ASYNC) l2 = make_float2(l2.x * LOG2E, l2.y * LOG2E);  // raw lse in shared memory
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int x = 4 * i + e;

@@ -92,15 +92,26 @@ SM90_STAGES = 1   # Q / dO / lse / Delta buffers of bwd_dkdv_sm90; 2 (study sett
 SM90_STAGE_CHOICES = (1, 2)
 SM90_DQ_BULK = True  # the wgmma kernel adds dQ tiles by bulk reductions of the copy engine (one per warpgroup and Q
                      # tile, from shared memory); False: float2 atomicAdd from registers, as the mma.sync kernel
+SM90_LSE_ASYNC = True  # with one buffer, lse and Delta by cp.async with Q and dO; False (study): plain loads by the
+                       # first 64 threads (compiled with -DCUFLASH_BWD_LSE_ASYNC=0)
 SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait);
                       # within +-1 % of the default on the H200 (logs/bwd_next_ovl1_0b7d0ea.json)
 
 
-def sm90_smem(head_dim: int, stages: int = 1) -> int:
+def sm90_smem(head_dim: int, stages: int = 1, bulk_dq: bool = True) -> int:
     """Dynamic shared memory of bwd_dkdv_sm90: 1024-byte alignment, K, V (128 rows), ``stages`` x (Q, dO (64 rows)),
-    dS^T, ``stages`` x (lse, D), the dQ staging of the bulk reductions (64 rows x head_dim float32)."""
+    dS^T, ``stages`` x (lse, D), and with ``bulk_dq`` the dQ staging of the bulk reductions (64 rows x head_dim
+    float32)."""
     return (1024 + 2 * 128 * head_dim * 2 + stages * 2 * 64 * head_dim * 2 + 128 * 64 * 2 + stages * 2 * 64 * 4
-            + 64 * head_dim * 4)
+            + (64 * head_dim * 4 if bulk_dq else 0))
+
+
+SM90_LSE_SYNC_OPTIONS = SM90_OPTIONS + ("-DCUFLASH_BWD_LSE_ASYNC=0",)
+
+
+def sm90_options() -> tuple[str, ...]:
+    """The NVRTC options of bwd_dkdv_sm90 under the SM90_LSE_ASYNC setting."""
+    return SM90_OPTIONS if SM90_LSE_ASYNC else SM90_LSE_SYNC_OPTIONS
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -162,6 +173,9 @@ def _declare():
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d, st, ov) for dt in (_dtypes.float16, _dtypes.bfloat16)
                                    for d in SM90_HEAD_DIMS for st in SM90_STAGE_CHOICES for ov in (False, True)
                                    if (st, ov) != (1, False)], extra_options=SM90_OPTIONS, release=False)
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, 1, ov) for dt in (_dtypes.float16, _dtypes.bfloat16)
+                                   for d in SM90_HEAD_DIMS for ov in (False, True)],
+                     extra_options=SM90_LSE_SYNC_OPTIONS, release=False)
 
 
 _declare()
@@ -389,8 +403,9 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         if SM90_STAGES not in SM90_STAGE_CHOICES:
             raise ValueError(f"attention_bwd.SM90_STAGES must be one of {SM90_STAGE_CHOICES}, got {SM90_STAGES!r}")
         _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES, bool(SM90_OVERLAP)),
-                                            SM90_OPTIONS),
-                        (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args, shared_mem=sm90_smem(d, SM90_STAGES),
+                                            sm90_options()),
+                        (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args,
+                        shared_mem=sm90_smem(d, SM90_STAGES, dq_mode == 2),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
     else:
         _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),

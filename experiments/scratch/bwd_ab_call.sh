@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# One device call for SM90_DQ_BULK (wip/bwd-dq-bulk): the wgmma backward adds its dQ tiles by bulk reductions
-# (cp.reduce.async.bulk .add.f32, one per warpgroup and Q tile) instead of float2 atomicAdd. memcheck on small
-# calls, the test_sm90_dkdv matrix (both dQ modes), then the bwd bench, bf16, head_dim 64 / 128, 1K / 4K / 16K,
-# bulk (with torch) and atomic. Kernel cache carried in (carry [".kc"]; experiments/kcache_offline.py).
+# One device call for the wgmma backward's dQ and lse settings (SM90_DQ_BULK: dQ tiles added by bulk reductions,
+# cp.reduce.async.bulk .add.f32, or by float2 atomicAdd; SM90_LSE_ASYNC: lse / Delta by cp.async or by plain
+# loads): memcheck on small calls, the test_sm90_dkdv matrix, then the bwd bench, bf16, head_dim 64 / 128,
+# 1K / 2K / 4K / 16K, for the four combinations (the first with torch). Kernel cache carried in (carry [".kc"];
+# experiments/kcache_offline.py). Results experiments/results/bwd_ab_{bulk,atomic}_{async,sync}.json.
 # SKIP_TESTS=1: leave the tests to the full suite (gpu_run.sh) run in the same call.
-#   CUFLASH_COMMIT=<hash> bash experiments/scratch/dq_bulk_call.sh
+#   CUFLASH_COMMIT=<hash> bash experiments/scratch/bwd_ab_call.sh
 set -u
 export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.kcache}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$CUPY_CACHE_DIR"
 ls .kc/kc.tgz.* >/dev/null 2>&1 && cat .kc/kc.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR"
 pack() { tar czf "$OUT/r.tgz" experiments/results; }
 small='import cupy as cp, cuflash, cuflash.attention_bwd as ab
-for bulk in (True, False):
-    ab.SM90_DQ_BULK = bulk
+for bulk, la in ((True, True), (False, True), (True, False)):
+    ab.SM90_DQ_BULK, ab.SM90_LSE_ASYNC = bulk, la
     for d, n in ((64, 200), (128, 131)):
         q, k, v, do = (cp.random.standard_normal((1, 2, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(4))
         o, lse = cuflash.attention(q, k, v, causal=True, return_lse=True)
@@ -22,11 +23,13 @@ timeout 60 compute-sanitizer --tool memcheck python -c "$small" 2>&1 | tail -5
   -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=60 tests/test_attention_bwd.py -k "sm90" 2>&1 | tail -6
 pack
 bb() {  # name, statement on cuflash.attention_bwd (module ab), extra bench arguments
-  timeout ${T:-45} python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.attention_bwd as ab; $2
-sys.argv = ['attention_bwd_bench.py', '--dtypes', 'bfloat16', '--seqlens', '1024', '4096', '16384', '--rep', '20',
+  timeout ${T:-80} python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.attention_bwd as ab; $2
+sys.argv = ['attention_bwd_bench.py', '--dtypes', 'bfloat16', '--seqlens', '1024', '2048', '4096', '16384', '--rep', '20',
             '--warmup', '3', '--name', '$1'] + '$3'.split()
 runpy.run_path('experiments/attention_bwd_bench.py', run_name='__main__')" 2>&1 | grep -v "cfg/s" | tail -14
   pack
 }
-T=60 bb dq_bulk_on "ab.SM90_DQ_BULK = True" ""
-bb dq_bulk_off "ab.SM90_DQ_BULK = False" "--no-torch"
+T=100 bb bwd_ab_bulk_async "ab.SM90_DQ_BULK = True; ab.SM90_LSE_ASYNC = True" ""
+bb bwd_ab_atomic_async "ab.SM90_DQ_BULK = False; ab.SM90_LSE_ASYNC = True" "--no-torch"
+bb bwd_ab_bulk_sync "ab.SM90_DQ_BULK = True; ab.SM90_LSE_ASYNC = False" "--no-torch"
+bb bwd_ab_atomic_sync "ab.SM90_DQ_BULK = False; ab.SM90_LSE_ASYNC = False" "--no-torch"
