@@ -92,8 +92,9 @@ SM90_STAGES = 1   # Q / dO / lse / Delta buffers of bwd_dkdv_sm90; 2 (study sett
 SM90_STAGE_CHOICES = (1, 2)
 SM90_DQ_BULK = True  # the wgmma kernel adds dQ tiles by bulk reductions of the copy engine (one per warpgroup and Q
                      # tile, from shared memory); False: float2 atomicAdd from registers, as the mma.sync kernel
-SM90_LSE_ASYNC = True  # with one buffer, lse and Delta by cp.async with Q and dO; False (study): plain loads by the
-                       # first 64 threads (compiled with -DCUFLASH_BWD_LSE_ASYNC=0)
+SM90_LSE_ASYNC = False  # with one buffer, lse and Delta by plain loads of the first 64 threads (compiled with
+                        # -DCUFLASH_BWD_LSE_ASYNC=0); True (study): by cp.async with Q and dO -- 0.6-2 % slower on
+                        # the H200 at both head_dims (logs/bwd_ab_*_e364c1a.json)
 SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait);
                       # within +-1 % of the default on the H200 (logs/bwd_next_ovl1_0b7d0ea.json)
 
@@ -109,9 +110,11 @@ def sm90_smem(head_dim: int, stages: int = 1, bulk_dq: bool = True) -> int:
 SM90_LSE_SYNC_OPTIONS = SM90_OPTIONS + ("-DCUFLASH_BWD_LSE_ASYNC=0",)
 
 
-def sm90_options() -> tuple[str, ...]:
-    """The NVRTC options of bwd_dkdv_sm90 under the SM90_LSE_ASYNC setting."""
-    return SM90_OPTIONS if SM90_LSE_ASYNC else SM90_LSE_SYNC_OPTIONS
+def sm90_options(stages: int = 1, lse_async: bool | None = None) -> tuple[str, ...]:
+    """The NVRTC options of bwd_dkdv_sm90 with ``stages`` buffers under ``lse_async`` (default: the SM90_LSE_ASYNC
+    setting; two buffers load lse by cp.async whatever the macro says, and compile with the plain options)."""
+    lse_async = SM90_LSE_ASYNC if lse_async is None else lse_async
+    return SM90_OPTIONS if (stages == 2 or lse_async) else SM90_LSE_SYNC_OPTIONS
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -168,14 +171,15 @@ def _declare():
             _compile.declare(SOURCE, list(kernel_names(dt, d).values()))
             for bc in EXTRA_BC.get(d, ()):
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
-    _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in (_dtypes.float16, _dtypes.bfloat16)
-                                   for d in SM90_HEAD_DIMS], extra_options=SM90_OPTIONS)
-    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, st, ov) for dt in (_dtypes.float16, _dtypes.bfloat16)
-                                   for d in SM90_HEAD_DIMS for st in SM90_STAGE_CHOICES for ov in (False, True)
-                                   if (st, ov) != (1, False)], extra_options=SM90_OPTIONS, release=False)
-    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, 1, ov) for dt in (_dtypes.float16, _dtypes.bfloat16)
-                                   for d in SM90_HEAD_DIMS for ov in (False, True)],
-                     extra_options=SM90_LSE_SYNC_OPTIONS, release=False)
+    dts = (_dtypes.float16, _dtypes.bfloat16)
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in dts for d in SM90_HEAD_DIMS],
+                     extra_options=sm90_options(1, False))
+    # study settings: SM90_OVERLAP; SM90_LSE_ASYNC (one buffer); SM90_STAGES = 2 (lse by cp.async there always)
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, 1, True) for dt in dts for d in SM90_HEAD_DIMS],
+                     extra_options=sm90_options(1, False), release=False)
+    _compile.declare(SM90_SOURCE, [sm90_name(dt, d, st, ov) for dt in dts for d in SM90_HEAD_DIMS
+                                   for st in SM90_STAGE_CHOICES for ov in (False, True)],
+                     extra_options=SM90_OPTIONS, release=False)
 
 
 _declare()
@@ -403,7 +407,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         if SM90_STAGES not in SM90_STAGE_CHOICES:
             raise ValueError(f"attention_bwd.SM90_STAGES must be one of {SM90_STAGE_CHOICES}, got {SM90_STAGES!r}")
         _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES, bool(SM90_OVERLAP)),
-                                            sm90_options()),
+                                            sm90_options(SM90_STAGES)),
                         (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args,
                         shared_mem=sm90_smem(d, SM90_STAGES, dq_mode == 2),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
