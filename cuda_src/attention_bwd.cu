@@ -503,8 +503,10 @@ __global__ void __launch_bounds__(128 * WN) bwd_dq(
 
 // ------------------------------------------------------------------------------------------------------------
 // version 4: dq = dq_accum * scale in T (one warp per row). The accumulator of a (batch, head) is `planes` planes
-// of Sq rows x W = Dacc / planes columns (1: rows of Dacc floats; 2: the Hopper kernel's column halves, whose
-// 8-float groups of row i are XOR-permuted by i % (W / 8): group k at k ^ (i % (W / 8)), W / 8 a power of two).
+// of Sq rows x W = Dacc / planes columns (1: rows of Dacc floats; 2: the Hopper kernel's column halves, W = 32 or
+// 64, whose 8-float groups of row i are XOR-permuted by i % (W / 8): group k at k ^ (i % (W / 8))). The column
+// index math stays shifts and masks: a division per element kept the loop from being unrolled and doubled the
+// kernel's time (measured at head_dim 64, seqlen 512).
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_dq_convert(const float* __restrict__ dq_accum, T* __restrict__ dq,
                                                        i64 dq_sb, i64 dq_sh, i64 dq_ss, int Hq, int Sq, int Dout,
@@ -512,14 +514,19 @@ __global__ void __launch_bounds__(256) bwd_dq_convert(const float* __restrict__ 
   const int lane = threadIdx.x & 31;
   const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= rows) return;
-  const i64 bh = r / Sq, b = bh / Hq, h = bh % Hq, i = r % Sq;
-  const int W = Dacc / planes;  // columns per plane
-  const float* a = dq_accum + bh * planes * Sq * W + i * W;
+  const i64 bh = r / Sq, b = bh / Hq, h = bh - b * Hq, i = r - bh * Sq;
   T* o = dq + b * dq_sb + h * dq_sh + i * dq_ss;
-  const int sw = planes > 1 ? (int)(i & (W / 8 - 1)) : 0;
-  for (int c = lane; c < Dout; c += 32) {
-    const int cw = c % W;
-    o[c] = from_float<T>(a[(i64)(c / W) * Sq * W + ((((cw >> 3) ^ sw) << 3) | (cw & 7))] * scale);
+  if (planes == 1) {
+    const float* a = dq_accum + r * Dacc;
+    for (int c = lane; c < Dout; c += 32) o[c] = from_float<T>(a[c] * scale);
+  } else {
+    const int W = Dacc >> 1, sw = (int)(i & (W / 8 - 1));
+    const i64 plane = (i64)Sq * W;
+    const float* a = dq_accum + bh * 2 * plane + i * W;
+    for (int c = lane; c < Dout; c += 32) {
+      const int cw = c & (W - 1);
+      o[c] = from_float<T>(a[(c >= W ? plane : 0) + ((((cw >> 3) ^ sw) << 3) | (cw & 7))] * scale);
+    }
   }
 }
 
