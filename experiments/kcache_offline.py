@@ -26,7 +26,9 @@ import cupy.cuda.compiler as cc  # noqa: E402
 ARCH = "90"
 LOCAL_SITE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(cc.__file__))))  # site-packages
 DEVICE_SITE = "/opt/torch/.venv/lib/python3.12/site-packages"
-DEVICE_ROOT = "/work/main"  # the checkout's path on the device machine (its cuda_src/ is an include path)
+# the checkout's path on the device machine (its cuda_src/ is an include path); CUFLASH_DEVICE_ROOT for a second
+# source tree run there beside it (experiments/scratch/ab_tree.sh: /work/main/abm)
+DEVICE_ROOT = os.environ.get("CUFLASH_DEVICE_ROOT", "/work/main")
 DEVICE_CUDA_INCLUDE = DEVICE_SITE + "/nvidia/cu13/include"
 
 # No driver here: CuPy's architecture queries answer sm_90.
