@@ -39,6 +39,11 @@
 #ifndef CUFLASH_BWD_LSE_ASYNC
 #define CUFLASH_BWD_LSE_ASYNC 1
 #endif
+// -1: the dQ mode is the kernel argument dq_mode; 0, 1 or 2 (study, SM90_DQ_FIXED): compiled for that mode alone
+// (the argument must match; cuflash.attention_bwd launches such a kernel only for its mode)
+#ifndef CUFLASH_BWD_DQ_MODE
+#define CUFLASH_BWD_DQ_MODE -1
+#endif
 
 namespace cuflash {
 namespace attn_bwd {
@@ -78,6 +83,9 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
   const unsigned sK = sbase, sV = sK + KV_BYTES, sQ0 = sV + KV_BYTES, sdS = sQ0 + STAGES * 2 * Q_BYTES;
   float* const sLse0 = reinterpret_cast<float*>(smem_raw + (sdS + DS_BYTES - smem_u32(smem_raw)));
   const unsigned sdQ = sdS + DS_BYTES + STAGES * 2 * BR * 4;
+#if CUFLASH_BWD_DQ_MODE >= 0
+  dq_mode = CUFLASH_BWD_DQ_MODE;
+#endif
   const bool use_atomic_dq = dq_mode != 0;
 
   const int tid = threadIdx.x, wg = tid >> 7;

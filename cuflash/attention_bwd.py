@@ -95,6 +95,8 @@ SM90_DQ_BULK = True  # the wgmma kernel adds dQ tiles by bulk reductions of the 
 SM90_LSE_ASYNC = False  # with one buffer, lse and Delta by plain loads of the first 64 threads (compiled with
                         # -DCUFLASH_BWD_LSE_ASYNC=0); True (study): by cp.async with Q and dO -- 0.6-2 % slower on
                         # the H200 at both head_dims (logs/bwd_ab_*_e364c1a.json)
+SM90_DQ_FIXED = False  # study: a kernel compiled for the call's dQ mode alone (-DCUFLASH_BWD_DQ_MODE=m: no
+                       # run-time dq_mode branches), with the default stages, overlap and lse settings
 SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait);
                       # within +-1 % of the default on the H200 (logs/bwd_next_ovl1_0b7d0ea.json)
 
@@ -110,11 +112,13 @@ def sm90_smem(head_dim: int, stages: int = 1, bulk_dq: bool = True) -> int:
 SM90_LSE_SYNC_OPTIONS = SM90_OPTIONS + ("-DCUFLASH_BWD_LSE_ASYNC=0",)
 
 
-def sm90_options(stages: int = 1, lse_async: bool | None = None) -> tuple[str, ...]:
+def sm90_options(stages: int = 1, lse_async: bool | None = None, dq_mode: int | None = None) -> tuple[str, ...]:
     """The NVRTC options of bwd_dkdv_sm90 with ``stages`` buffers under ``lse_async`` (default: the SM90_LSE_ASYNC
-    setting; two buffers load lse by cp.async whatever the macro says, and compile with the plain options)."""
+    setting; two buffers load lse by cp.async whatever the macro says, and compile with the plain options); with
+    ``dq_mode`` (0 none, 1 atomics, 2 bulk) the kernel compiled for that mode alone (SM90_DQ_FIXED)."""
     lse_async = SM90_LSE_ASYNC if lse_async is None else lse_async
-    return SM90_OPTIONS if (stages == 2 or lse_async) else SM90_LSE_SYNC_OPTIONS
+    opts = SM90_OPTIONS if (stages == 2 or lse_async) else SM90_LSE_SYNC_OPTIONS
+    return opts if dq_mode is None else opts + (f"-DCUFLASH_BWD_DQ_MODE={int(dq_mode)}",)
 SIMT_ROWS = 4     # float32 SIMT kernels: one warp per row, 4 rows per block
 
 
@@ -180,6 +184,9 @@ def _declare():
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d, st, ov) for dt in dts for d in SM90_HEAD_DIMS
                                    for st in SM90_STAGE_CHOICES for ov in (False, True)],
                      extra_options=SM90_OPTIONS, release=False)
+    for m in (0, 1, 2):  # SM90_DQ_FIXED
+        _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in dts for d in SM90_HEAD_DIMS],
+                         extra_options=sm90_options(1, False, m), release=False)
 
 
 _declare()
@@ -407,7 +414,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         if SM90_STAGES not in SM90_STAGE_CHOICES:
             raise ValueError(f"attention_bwd.SM90_STAGES must be one of {SM90_STAGE_CHOICES}, got {SM90_STAGES!r}")
         _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES, bool(SM90_OVERLAP)),
-                                            sm90_options(SM90_STAGES)),
+                                            sm90_options(SM90_STAGES, None,
+                                                         dq_mode if SM90_DQ_FIXED else None)),
                         (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args,
                         shared_mem=sm90_smem(d, SM90_STAGES, dq_mode == 2),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
