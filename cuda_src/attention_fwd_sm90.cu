@@ -153,8 +153,11 @@ __device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const floa
 }
 
 // One work tile: query rows [q0, q0 + Br) of head h of batch b, and the K/V tiles [j_lo, j_lo + n_tiles) of Bc
-// keys its mask leaves visible. PERSIST: work index u of the list ordered longest (causal) Q tile first, then
-// head, then batch; else the block's own tile (gridDim.x Q tiles, longest first; blockIdx.y head; blockIdx.z batch).
+// keys its mask leaves visible. PERSIST: work index u of the list ordered by Q tile (longest causal tile first)
+// within a head, then head, then batch, as the hardware starts the blocks of the non-persistent grid: the blocks
+// running at one time share few heads, whose K and V stay in L2 (ordered head-first, 264 blocks at once read 264
+// heads' K and V, more than L2 holds at 2K); else the block's own tile (gridDim.x Q tiles, longest first;
+// blockIdx.y head; blockIdx.z batch).
 struct Sm90Work {
   int q0, h, b, j_lo, n_tiles;
 };
@@ -163,11 +166,10 @@ __device__ __forceinline__ Sm90Work sm90_work_tile(i64 u, int n_q, int heads_q, 
                                                    int seqlen_k, int left, int right) {
   Sm90Work w;
   if (PERSIST) {
-    const i64 n_hb = (i64)heads_q * batch;
-    const int hb = (int)(u % n_hb);
-    w.q0 = (n_q - 1 - (int)(u / n_hb)) * Br;
-    w.h = hb % heads_q;
-    w.b = hb / heads_q;
+    const i64 hb = u / n_q;
+    w.q0 = (n_q - 1 - (int)(u - hb * n_q)) * Br;
+    w.h = (int)(hb % heads_q);
+    w.b = (int)(hb / heads_q);
   } else {
     w.q0 = (gridDim.x - 1 - blockIdx.x) * Br;
     w.h = blockIdx.y;
@@ -295,7 +297,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
 // PERSIST (with TMA): a persistent grid (one block per SM, two at Br = 64); block c takes the work tiles u = c,
-// c + gridDim.x, ... of the list ordered longest (causal) Q tile first, then head, then batch (sm90_work_tile).
+// c + gridDim.x, ... of the list ordered by Q tile (longest causal tile first), then head, then batch
+// (sm90_work_tile).
 // The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
 // the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
 // the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of

@@ -12,9 +12,12 @@ the driver's ``cuTensorMapEncodeTiled``, 128-byte swizzle by the copy engine) in
 mbarriers by transaction bytes (``setmaxnreg`` gives the producer's registers to the consumers), and two consumer
 warpgroups that issue ``S_j`` together with ``P_{j-1}·V_{j-1}`` and run the softmax of ``S_j`` while the latter is
 in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by named barriers (FA-3 ping-pong);
-``"tmap"``: ``"tma"`` on a persistent grid (one block per SM, two with the Br = 64 tile, taking the Q tiles longest
-first, FA-3's persistent kernel): the K/V ring runs on across the block's tiles, so the next tile's first loads overlap the current tile's
-last P·V, epilogue and Q load, and the block start-up is paid once per SM (not yet the default: being measured);
+``"tmap"``: ``"tma"`` on a persistent grid (one block per SM, two with the Br = 64 tile, taking the Q tiles of a
+head longest first, head after head, FA-3's persistent kernel): the K/V ring runs on across the block's tiles, so
+the next tile's first loads overlap the current tile's last P·V, epilogue and Q load, and the block start-up is
+paid once per SM (a study variant: with the tiles taken head-first it lost to ``"tma"`` at every shape, 0.67-0.90x
+at 7b5fb2d, its blocks reading more heads' K and V at once than L2 holds; the order is now that of the
+non-persistent grid);
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
@@ -57,9 +60,9 @@ HEAD_DIMS = (64, 128)
 #   "ws_nopp" version 4 without the ping-pong turns;
 #   "simple"  version 3: every thread loads (cp.async, 2 stages, __syncthreads), warpgroups compute in lockstep.
 #   "tma"     version 4 with the K/V loads by the tensor memory accelerator (one producer thread).
-#   "tmap"    "tma" on a persistent grid (one block per SM, two at Br = 64, looping over the Q tiles, longest
-#             first; the K/V ring runs on across them, so the next tile's loads overlap the current tile's last
-#             P V and epilogue). Study.
+#   "tmap"    "tma" on a persistent grid (one block per SM, two at Br = 64, looping over the Q tiles of a head
+#             longest first, head after head; the K/V ring runs on across them, so the next tile's loads overlap
+#             the current tile's last P V and epilogue). Study.
 VARIANTS = ("tma", "tmap", "ws", "ws_nopp", "simple")
 PERSISTENT = ("tmap",)
 DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "tma")
