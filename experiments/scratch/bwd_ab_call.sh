@@ -6,11 +6,7 @@
 # experiments/kcache_offline.py). Results experiments/results/bwd_ab_{bulk,atomic}_{async,sync}.json.
 # SKIP_TESTS=1: leave the tests to the full suite (gpu_run.sh) run in the same call.
 #   CUFLASH_COMMIT=<hash> bash experiments/scratch/bwd_ab_call.sh
-set -u
-export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.kcache}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$CUPY_CACHE_DIR"
-ls .kc/kc.tgz.* >/dev/null 2>&1 && cat .kc/kc.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR"
-pack() { tar czf "$OUT/r.tgz" experiments/results; }
+. experiments/scratch/_call_env.sh
 small='import cupy as cp, cuflash, cuflash.attention_bwd as ab
 for bulk, la in ((True, False), (False, False), (True, True)):
     ab.SM90_DQ_BULK, ab.SM90_LSE_ASYNC = bulk, la
@@ -22,14 +18,8 @@ timeout 60 compute-sanitizer --tool memcheck python -c "$small" 2>&1 | tail -5
 [ "${SKIP_TESTS:-0}" = 1 ] || CUFLASH_GPU_RECORD=experiments/results/h200_dq_bulk_tests.json timeout 120 python -m pytest -q -p no:xdist \
   -p no:cacheprovider -o addopts="-ra --benchmark-disable" --timeout=60 tests/test_attention_bwd.py -k "sm90" 2>&1 | tail -6
 pack
-bb() {  # name, statement on cuflash.attention_bwd (module ab), extra bench arguments
-  timeout ${T:-80} python -c "import runpy, sys; sys.path.insert(0, '.'); import cuflash.attention_bwd as ab; $2
-sys.argv = ['attention_bwd_bench.py', '--dtypes', 'bfloat16', '--seqlens', '1024', '2048', '4096', '16384', '--rep', '20',
-            '--warmup', '3', '--name', '$1'] + '$3'.split()
-runpy.run_path('experiments/attention_bwd_bench.py', run_name='__main__')" 2>&1 | grep -v "cfg/s" | tail -14
-  pack
-}
-T=100 bb bwd_ab_bulk_async "ab.SM90_DQ_BULK = True; ab.SM90_LSE_ASYNC = True" ""
-bb bwd_ab_atomic_async "ab.SM90_DQ_BULK = False; ab.SM90_LSE_ASYNC = True" "--no-torch"
-bb bwd_ab_bulk_sync "ab.SM90_DQ_BULK = True; ab.SM90_LSE_ASYNC = False" "--no-torch"
-bb bwd_ab_atomic_sync "ab.SM90_DQ_BULK = False; ab.SM90_LSE_ASYNC = False" "--no-torch"
+export SEQLENS="1024 2048 4096 16384"
+T=100 bwd_ab bwd_ab_bulk_async "ab.SM90_DQ_BULK = True; ab.SM90_LSE_ASYNC = True" ""
+bwd_ab bwd_ab_atomic_async "ab.SM90_DQ_BULK = False; ab.SM90_LSE_ASYNC = True" "--no-torch"
+bwd_ab bwd_ab_bulk_sync "ab.SM90_DQ_BULK = True; ab.SM90_LSE_ASYNC = False" "--no-torch"
+bwd_ab bwd_ab_atomic_sync "ab.SM90_DQ_BULK = False; ab.SM90_LSE_ASYNC = False" "--no-torch"

@@ -5,11 +5,7 @@
 # cache carried (carry [".kc"]; experiments/kcache_offline.py --match attention).
 # SKIP_TESTS=1: leave the tests to the full suite (gpu_run.sh) run in the same call.
 #   CUFLASH_COMMIT=<hash> bash experiments/scratch/fwd_persist_call.sh
-set -u
-export PYTHONPATH=. MPLBACKEND=Agg PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.kcache}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$CUPY_CACHE_DIR"
-ls .kc/kc.tgz.* >/dev/null 2>&1 && cat .kc/kc.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR"
-pack() { tar czf "$OUT/r.tgz" experiments/results; }
+. experiments/scratch/_call_env.sh
 small='import cupy as cp, cuflash, cuflash._attention_sm90 as S
 S.DEFAULT_VARIANT = "tmap"
 for d, n in ((64, 700), (64, 3000), (128, 700)):
