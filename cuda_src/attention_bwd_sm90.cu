@@ -219,16 +219,10 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
 
       // dV_w += P^T dO, dK_w += dS^T Q. (The A operands' registers are not touched until the wait: the dS^T
       // stores above come first.)
-#pragma unroll
-      for (int n = 0; n < NPV; ++n) {
-        fence_regs(dk_acc[n]);
-        fence_regs(dv_acc[n]);
-      }
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; ++kk) {
-        fence_regs(pa[kk]);
-        fence_regs(dsa[kk]);
-      }
+      fence_regs(dk_acc);
+      fence_regs(dv_acc);
+      fence_regs(pa);
+      fence_regs(dsa);
       wgmma_fence();
       issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
       issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
@@ -247,10 +241,8 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       fence_regs(s);
       softmax_p();
       pack_p<T, BR>(pa, s);
-#pragma unroll
-      for (int n = 0; n < NPV; ++n) fence_regs(dv_acc[n]);
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; ++kk) fence_regs(pa[kk]);
+      fence_regs(dv_acc);
+      fence_regs(pa);
       wgmma_fence();
       issue_pv<T, HD, BR, PVN>(dv_acc, pa, sdO);
       wgmma_commit();
@@ -259,25 +251,17 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       softmax_ds();
       pack_p<T, BR>(dsa, dp);
       if (use_atomic_dq) store_ds(dsa);
-#pragma unroll
-      for (int n = 0; n < NPV; ++n) fence_regs(dk_acc[n]);
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; ++kk) fence_regs(dsa[kk]);
+      fence_regs(dk_acc);
+      fence_regs(dsa);
       wgmma_fence();
       issue_pv<T, HD, BR, PVN>(dk_acc, dsa, sQ);
       wgmma_commit();
       wgmma_wait<0>();
     }
-#pragma unroll
-    for (int n = 0; n < NPV; ++n) {
-      fence_regs(dk_acc[n]);
-      fence_regs(dv_acc[n]);
-    }
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; ++kk) {  // the A operands stay live (unchanged) until the wgmmas read them
-      fence_regs(pa[kk]);
-      fence_regs(dsa[kk]);
-    }
+    fence_regs(dk_acc);
+    fence_regs(dv_acc);
+    fence_regs(pa);  // the A operands stay live (unchanged) until the wgmmas read them
+    fence_regs(dsa);
     // dq_mode 2: the previous Q tile's bulk reduction has read this warpgroup's dQ staging (long done: issued
     // before this tile's products), so it may be rewritten after the barrier
     if (dq_mode == 2 && (tid & 127) == 0) bulk_wait_read<0>();

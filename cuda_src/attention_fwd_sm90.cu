@@ -270,16 +270,13 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
     rescale_o(o, alpha);
     pack_p<T, Bc>(pa, s);
 
-#pragma unroll
-    for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+    fence_regs(o);
+    fence_regs(pa);
     wgmma_fence();
     issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + st * KV_BYTES);
     wgmma_commit();
     wgmma_wait<0>();
-#pragma unroll
-    for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+    fence_regs(o);
     __syncthreads();  // every warpgroup is done with stage st before it is refilled
   }
   cp_async_wait<0>();
@@ -474,10 +471,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           mbar_wait(bar_full + 8 * st, (gi / STAGES) & 1);
           turn_wait();
           fence_regs(s);
-#pragma unroll
-          for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
-#pragma unroll
-          for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+          fence_regs(o);
+          fence_regs(pa);
           wgmma_fence();
           issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + st * KV_BYTES);
           wgmma_commit();
@@ -502,10 +497,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
                          : "memory");
 #endif
           wgmma_wait<0>();  // P_{it-1} V_{it-1} done: O, pa and stage pst free
-#pragma unroll
-          for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
-#pragma unroll
-          for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+          fence_regs(o);
+          fence_regs(pa);
           __syncwarp();
           if (lane == 0) mbar_arrive(bar_empty + 8 * pst);
           rescale_o(o, alpha);
@@ -515,17 +508,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         // ---- last P V ----
         const int lst = (g + n_tiles - 1) % STAGES;
         turn_wait();
-#pragma unroll
-        for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
-#pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk) fence_regs(pa[kk]);
+        fence_regs(o);
+        fence_regs(pa);
         wgmma_fence();
         issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + lst * KV_BYTES);
         wgmma_commit();
         turn_pass(true);
         wgmma_wait<0>();
-#pragma unroll
-        for (int n = 0; n < NPV; ++n) fence_regs(o[n]);
+        fence_regs(o);
         __syncwarp();
         if (lane == 0) mbar_arrive(bar_empty + 8 * lst);
         g += n_tiles;

@@ -63,6 +63,15 @@ template <int N> __device__ __forceinline__ void fence_regs(unsigned (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
+// Arrays of fragments (accumulators o[n][...], A operands pa[kk][4]): every row in turn.
+template <int M, int N> __device__ __forceinline__ void fence_regs(float (&d)[M][N]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) fence_regs(d[m]);
+}
+template <int M, int N> __device__ __forceinline__ void fence_regs(unsigned (&d)[M][N]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) fence_regs(d[m]);
+}
 
 
 // ---- mbarrier: cuflash/mbarrier.cuh
