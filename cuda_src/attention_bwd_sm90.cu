@@ -331,7 +331,6 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
     qh += last_tile;
   }
   cp_async_wait<0>();  // nothing left in flight (also when no Q tile was visited)
-  if (dq_mode == 2 && (tid & 127) == 0) bulk_wait<0>();  // the last dQ reduction performed before the block ends
 
   // dK * scale, dV (rows j < Sk, columns c < Dout) in T. Entry e of n8 block i of accumulator n: key
   // kr + (e>>1)*8, column n*64 + 8i + 2t + (e&1).
@@ -349,6 +348,9 @@ __global__ void __launch_bounds__(NT, 1) bwd_dkdv_sm90(
       }
     }
   }
+  // dq_mode 2: the block's shared memory must outlive the last dQ reduction's read of it; its global writes need
+  // no wait (done by the kernel's end, as a TMA store epilogue's)
+  if (dq_mode == 2 && (tid & 127) == 0) bulk_wait_read<0>();
 }
 
 }  // namespace attn_bwd
