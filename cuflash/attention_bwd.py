@@ -95,8 +95,10 @@ SM90_DQ_BULK = True  # the wgmma kernel adds dQ tiles by bulk reductions of the 
 SM90_LSE_ASYNC = False  # with one buffer, lse and Delta by plain loads of the first 64 threads (compiled with
                         # -DCUFLASH_BWD_LSE_ASYNC=0); True (study): by cp.async with Q and dO -- 0.6-2 % slower on
                         # the H200 at both head_dims (logs/bwd_ab_*_e364c1a.json)
-SM90_DQ_FIXED = False  # study: a kernel compiled for the call's dQ mode alone (-DCUFLASH_BWD_DQ_MODE=m: no
-                       # run-time dq_mode branches), with the default stages, overlap and lse settings
+SM90_DQ_FIXED = True  # a kernel compiled for the call's dQ mode alone (-DCUFLASH_BWD_DQ_MODE=m: no run-time
+                      # dq_mode branches); False (study): one kernel for all modes, which branches at run time --
+                      # 2-5 % slower at head_dim 64 and 1-1.5 % at 128 (logs/bwd_vs_tree_*_db02a85.json). The
+                      # other study settings (SM90_STAGES = 2, SM90_OVERLAP, SM90_LSE_ASYNC) always run that one
 SM90_OVERLAP = False  # study: P^T computed while dP^T's wgmma runs and dS^T while dV's does (else both wait);
                       # within +-1 % of the default on the H200 (logs/bwd_next_ovl1_0b7d0ea.json)
 
@@ -176,17 +178,20 @@ def _declare():
             for bc in EXTRA_BC.get(d, ()):
                 _compile.declare(SOURCE, [kernel_names(dt, d, bc)["dkdv"]])
     dts = (_dtypes.float16, _dtypes.bfloat16)
+    # release: one kernel per dQ mode that the defaults reach (0 deterministic, 2 bulk; 1, atomics, is the
+    # SM90_DQ_BULK = False study)
+    for m in (0, 1, 2):
+        _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in dts for d in SM90_HEAD_DIMS],
+                         extra_options=sm90_options(1, False, m), release=m != 1)
+    # study settings: SM90_DQ_FIXED = False (dq_mode a run-time argument), SM90_OVERLAP; SM90_LSE_ASYNC (one
+    # buffer); SM90_STAGES = 2 (lse by cp.async there always)
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in dts for d in SM90_HEAD_DIMS],
-                     extra_options=sm90_options(1, False))
-    # study settings: SM90_OVERLAP; SM90_LSE_ASYNC (one buffer); SM90_STAGES = 2 (lse by cp.async there always)
+                     extra_options=sm90_options(1, False), release=False)
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d, 1, True) for dt in dts for d in SM90_HEAD_DIMS],
                      extra_options=sm90_options(1, False), release=False)
     _compile.declare(SM90_SOURCE, [sm90_name(dt, d, st, ov) for dt in dts for d in SM90_HEAD_DIMS
                                    for st in SM90_STAGE_CHOICES for ov in (False, True)],
                      extra_options=SM90_OPTIONS, release=False)
-    for m in (0, 1, 2):  # SM90_DQ_FIXED
-        _compile.declare(SM90_SOURCE, [sm90_name(dt, d) for dt in dts for d in SM90_HEAD_DIMS],
-                         extra_options=sm90_options(1, False, m), release=False)
 
 
 _declare()
@@ -413,9 +418,10 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     if sm90:
         if SM90_STAGES not in SM90_STAGE_CHOICES:
             raise ValueError(f"attention_bwd.SM90_STAGES must be one of {SM90_STAGE_CHOICES}, got {SM90_STAGES!r}")
+        # the study settings run the kernel with run-time dq_mode branches, as they were measured
+        fixed = SM90_DQ_FIXED and SM90_STAGES == 1 and not SM90_OVERLAP and not SM90_LSE_ASYNC
         _compile.launch(_compile.get_kernel(SM90_SOURCE, sm90_name(dt, d, SM90_STAGES, bool(SM90_OVERLAP)),
-                                            sm90_options(SM90_STAGES, None,
-                                                         dq_mode if SM90_DQ_FIXED else None)),
+                                            sm90_options(SM90_STAGES, None, dq_mode if fixed else None)),
                         (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args,
                         shared_mem=sm90_smem(d, SM90_STAGES, dq_mode == 2),
                         what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")

@@ -317,7 +317,7 @@ def test_block_kv_128(rng, cp, dtype, D):
 @pytest.mark.parametrize("D,sm90", [(128, True), (100, True), (64, True), (40, True), (128, False), (64, False),
                                     (128, "atomic"), (64, "atomic"),
                                     (128, 2), (64, 2), (128, "ovl"), (64, "ovl"), (128, "2ovl"), (64, "2ovl"),
-                                    (128, "lseasync"), (64, "lseasync"), (128, "fixed"), (64, "fixed")])
+                                    (128, "lseasync"), (64, "lseasync"), (128, "branch"), (64, "branch")])
 def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
     """The wgmma dK/dV kernel (SM90_DKDV, compute capability 9.0, padded head_dim 64 or 128): tails of both tiles,
     masks, GQA / MQA, the atomic and the deterministic dQ, large logits, against the float64 reference with the
@@ -330,11 +330,11 @@ def test_sm90_dkdv(rng, cp, monkeypatch, dtype, D, sm90):
         pytest.skip("the wgmma backward is compiled for sm_90a")
     monkeypatch.setattr(ab, "SM90_DKDV", bool(sm90))
     # study kernels: 2 = two Q/dO buffers (SM90_STAGES), "ovl" = SM90_OVERLAP, "2ovl" = both, "lseasync" = lse /
-    # Delta by cp.async (SM90_LSE_ASYNC = True), "fixed" = kernels compiled per dQ mode (SM90_DQ_FIXED)
+    # Delta by cp.async (SM90_LSE_ASYNC = True), "branch" = one kernel for all dQ modes (SM90_DQ_FIXED = False)
     monkeypatch.setattr(ab, "SM90_STAGES", 2 if sm90 in (2, "2ovl") else 1)
     monkeypatch.setattr(ab, "SM90_OVERLAP", sm90 in ("ovl", "2ovl"))
     monkeypatch.setattr(ab, "SM90_LSE_ASYNC", sm90 == "lseasync")
-    monkeypatch.setattr(ab, "SM90_DQ_FIXED", sm90 == "fixed")
+    monkeypatch.setattr(ab, "SM90_DQ_FIXED", sm90 != "branch")
     monkeypatch.setattr(ab, "SM90_DQ_BULK", sm90 != "atomic")
     dt = DTYPES[dtype]
     for (B, Hq, Hkv, Sq, Sk, causal, window, det) in (
@@ -365,15 +365,15 @@ def test_sm90_study_settings_change_only_the_order(rng, cp, monkeypatch, D, caus
     out, lse = attention(q, k, v, causal=causal, return_lse=True)
     monkeypatch.setattr(ab, "SM90_DKDV", True)
     got = {}
-    for st, ov, la, fx in ((1, False, False, False), (2, False, False, False), (1, True, False, False),
-                           (2, True, False, False), (1, False, True, False), (1, False, False, True)):
+    for st, ov, la, fx in ((1, False, False, True), (2, False, False, True), (1, True, False, True),
+                           (2, True, False, True), (1, False, True, True), (1, False, False, False)):
         monkeypatch.setattr(ab, "SM90_STAGES", st)
         monkeypatch.setattr(ab, "SM90_OVERLAP", ov)
         monkeypatch.setattr(ab, "SM90_LSE_ASYNC", la)
         monkeypatch.setattr(ab, "SM90_DQ_FIXED", fx)
         got[(st, ov, la, fx)] = attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=True)
     for key, g in got.items():
-        for name, a, b in zip("qkv", g, got[(1, False, False, False)]):
+        for name, a, b in zip("qkv", g, got[(1, False, False, True)]):
             assert bool(cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))), f"d{name} differs at {key}"
 
 
