@@ -80,7 +80,7 @@ BM = 64           # Br: query rows per Q tile of the tensor-core kernels
 # with block_sizes=(64, Bc) (the benchmark times both).
 DEFAULT_BC = {32: 64, 64: 64, 96: 64, 128: 128, 256: 64}  # 128 at head_dim 128: ~10 % faster on the H200
 EXTRA_BC = {64: (128,), 128: (64,)}
-ROWS_PER_BLOCK = 8  # preprocess / convert: one warp per row
+ROWS_WARPS = 8  # preprocess / convert: 8 warps a block, a row every `tpr` lanes (_row_split)
 SM90_SOURCE = "attention_bwd_sm90.cu"
 SM90_OPTIONS = ("--gpu-architecture=sm_90a",)
 SM90_DKDV = True  # compute capability 9.0, float16/bfloat16, padded head_dim 64 or 128, no block_sizes: the dK/dV
@@ -275,6 +275,20 @@ def _pad(a, d_to):
     return pad_head_dim(_bits(a), d_to).view(a.dtype) if a.itemsize == 2 else pad_head_dim(a, d_to)
 
 
+def _row_split(D: int, per: int, B: int, Hq: int, Sq: int):
+    """Lanes per row (``tpr``: the power of two <= 32 covering D columns ``per`` at a time) and the grid
+    (ceil(Sq / rows per block), Hq, B) of the preprocess / convert kernels (ROWS_WARPS warps, 32 / tpr rows each)."""
+    tpr = min(32, 1 << max(0, math.ceil(D / per) - 1).bit_length())
+    return tpr, (math.ceil(Sq / (ROWS_WARPS * (32 // tpr))), Hq, B)
+
+
+def _aligned(arrays, D: int, nbytes: int) -> bool:
+    """Whether every row of each (B, H, S, D) array (last axis contiguous) starts ``nbytes``-aligned and D
+    elements are whole ``nbytes`` pieces: the preprocess / convert kernels then move ``nbytes`` per access."""
+    return all((D * a.itemsize) % nbytes == 0 and a.data.ptr % nbytes == 0
+               and all(s % nbytes == 0 for s in a.strides[:-1]) for a in arrays)
+
+
 def _st(a):
     it = a.itemsize
     s = a.strides
@@ -383,11 +397,11 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
     out_c = out if out.strides[-1] == out.itemsize else _contig(out)
     do_c = dout if dout.strides[-1] == dout.itemsize else _contig(dout)
     lse_st = [np.int64(s // 4) for s in lse.strides]
-    _compile.launch(_compile.get_kernel(SOURCE, names["preprocess"]),
-                    (math.ceil(rows / ROWS_PER_BLOCK),), (32 * ROWS_PER_BLOCK,),
+    tpr, grid = _row_split(D, 16 // dt.itemsize, B, Hq, Sq)
+    _compile.launch(_compile.get_kernel(SOURCE, names["preprocess"]), grid, (32 * ROWS_WARPS,),
                     (out_c, do_c, lse, delta, lse_safe, dq_accum, *_st(out_c), *_st(do_c), *lse_st,
-                     np.int32(Hq), np.int32(Sq), np.int32(D), np.int32(d), np.int32(use_atomic), np.int64(rows)),
-                    what="attention_backward preprocess")
+                     np.int32(Hq), np.int32(Sq), np.int32(D), np.int32(d), np.int32(use_atomic), np.int32(tpr),
+                     np.int32(_aligned((out_c, do_c), D, 16))), what="attention_backward preprocess")
 
     common = (np.int32(Hq), np.int32(Hkv), np.int32(Sq), np.int32(Sk), np.int32(D), np.int32(left),
               np.int32(right), scale)
@@ -430,10 +444,11 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
                         (32 * (bc // 16) * wn,), dkdv_args, shared_mem=smem_bytes(dt, d, "dkdv", bc),
                         what=f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
     if use_atomic:
-        _compile.launch(_compile.get_kernel(SOURCE, names["convert"]), (math.ceil(rows / ROWS_PER_BLOCK),),
-                        (32 * ROWS_PER_BLOCK,),
+        tpr, grid = _row_split(D, 4, B, Hq, Sq)
+        _compile.launch(_compile.get_kernel(SOURCE, names["convert"]), grid, (32 * ROWS_WARPS,),
                         (dq_accum, dq, *_st(dq), np.int32(Hq), np.int32(Sq), np.int32(D), np.int32(d), scale,
-                         np.int64(rows), np.int32(2 if dq_mode == 2 else 1)), what="attention_backward dQ convert")
+                         np.int32(2 if dq_mode == 2 else 1), np.int32(tpr), np.int32(_aligned((dq,), D, 8))),
+                        what="attention_backward dQ convert")
     else:
         _compile.launch(_compile.get_kernel(SOURCE, names["dq"]), (math.ceil(Sq / BM), Hq, B), block,
                         (qq, kk, vv, gg, lse_safe, delta, dq, *_st(qq), *_st(kk), *_st(vv), *_st(gg), *_st(dq),

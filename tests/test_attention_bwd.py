@@ -485,6 +485,38 @@ def test_strided_inputs_match_contiguous(rng, cp, dtype, D):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("D", [64, 128, 40, 17])
+@pytest.mark.parametrize("sm90", [True, False])
+def test_internal_buffers_poisoned(rng, cp, monkeypatch, dtype, D, sm90):
+    """Every buffer attention_backward allocates (Delta, lse_safe, the float32 dQ accumulator, dq, dk, dv) is
+    filled with all-ones bytes (NaN in every float dtype) first: the preprocess must zero every accumulator row
+    (seqlen_q not a multiple of its rows per block) and the kernels must write every output element. Same
+    gradients as an unpoisoned call (up to the order of the dQ additions), no NaN."""
+    from cuflash import attention, attention_backward, attention_bwd as ab
+
+    monkeypatch.setattr(ab, "SM90_DKDV", sm90)
+    dt = DTYPES[dtype]
+    q, k, v, do = (_dev(a, dt, cp) for a in _inputs(rng, 2, 4, 2, 77, 203, D, dt))
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    ref = attention_backward(do, q, k, v, out, lse, causal=True)
+    empty = cp.empty
+
+    def poisoned(*args, **kw):
+        x = empty(*args, **kw)
+        x.view(cp.uint8).fill(0xFF)
+        return x
+
+    with monkeypatch.context() as m:
+        m.setattr(cp, "empty", poisoned)
+        got = attention_backward(do, q, k, v, out, lse, causal=True)
+    for name, a, b in zip(("dq", "dk", "dv"), got, ref):
+        ha, hb = _host(a).astype(np.float64), _host(b).astype(np.float64)
+        assert np.isfinite(ha).all(), f"{name}: {int((~np.isfinite(ha)).sum())} non-finite"
+        np.testing.assert_allclose(ha, hb, atol=4 * _dtypes.eps(dt) * np.abs(hb).max() + 1e-6, err_msg=name)
+
+
+@pytest.mark.gpu
 def test_torch_tensors_via_dlpack(rng, cp):
     torch = pytest.importorskip("torch")
     from cuflash import attention_backward
