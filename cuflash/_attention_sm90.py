@@ -23,7 +23,9 @@ the fallback when K or V cannot be described by a tensor map: strides not multip
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
 (2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys the default
 is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
-and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. Masking, tails, GQA, lse and the
+and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also
+instantiates Br = 192, Bc = 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile; by
+``block_sizes=(192, 64)``). Masking, tails, GQA, lse and the
 bottom-right causal/window convention are those of
 :mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
@@ -70,6 +72,10 @@ WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
 # Br = 64 (one consumer warpgroup, no ping-pong): two blocks per SM, 128 registers a thread at launch, moved from
 # the producer (24) to the consumer (232) by setmaxnreg
 WS1_PRODUCER_REGS, WS1_CONSUMER_REGS = 24, 232
+# Br = 192 (three consumer warpgroups, no ping-pong; FA-3's head_dim 64 tile): one block of 512 threads per SM,
+# 128 registers a thread at launch; setmaxnreg moves them from the producer (24) to the consumers (160):
+# 128·24 + 384·160 = 64,512 <= 65,536 (Bc = 128 spilled at 160, so Bc = 64)
+WS3_PRODUCER_REGS, WS3_CONSUMER_REGS = 24, 160
 # setmaxnreg budgets (producer, consumer) per variant where they differ at Br = 128: the persistent loop's state
 # needs more consumer registers (224 spilled at d128); its one TMA thread needs few. 128·24 + 256·240 = 168 per
 # thread × 384.
@@ -79,7 +85,7 @@ REGS = {"tmap": (24, 240)}
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
-    ("tma", 64): [(128, 128, 64), (64, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
+    ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
     ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
@@ -94,11 +100,15 @@ def kernel_name(dtype, head_dim: int, variant: str, Br: int, Bc: int, pv_n: int 
     ct = _dtypes.ctype(np.dtype(dtype))
     if variant == "simple":
         return f"cuflash::attention_fwd_sm90<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}>"
-    pp = "false" if variant == "ws_nopp" or Br == 64 else "true"
+    pp = "true" if variant != "ws_nopp" and Br == 128 else "false"  # ping-pong: two consumer warpgroups
     tma = "true" if variant in ("tma", "tmap") else "false"
     persist = "true" if variant in PERSISTENT else "false"
-    preg, creg = ((WS1_PRODUCER_REGS, WS1_CONSUMER_REGS) if Br == 64
-                  else REGS.get(variant, (WS_PRODUCER_REGS, WS_CONSUMER_REGS)))
+    if Br == 64:
+        preg, creg = WS1_PRODUCER_REGS, WS1_CONSUMER_REGS
+    elif Br == 192:
+        preg, creg = WS3_PRODUCER_REGS, WS3_CONSUMER_REGS
+    else:
+        preg, creg = REGS.get(variant, (WS_PRODUCER_REGS, WS_CONSUMER_REGS))
     return (f"cuflash::attention_fwd_sm90_ws<{ct}, {head_dim}, {Br // 64}, {Bc}, {pv_n}, {WS_STAGES}, {pp}, "
             f"{preg}, {creg}, {tma}, {persist}>")
 
@@ -350,6 +360,10 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                 var, maps = "ws", None
                 if block_sizes is None:  # the cp.async producer's own default tile
                     br, bc, pv = default_tile(var, d, Sk)
+                elif (br, bc, pv) not in TILES[(var, d)]:  # a tile only the TMA producer instantiates
+                    raise ValueError(f"block_sizes (Br={br}, Bc={bc}) is a tile of the TMA variant only, and K or V "
+                                     "cannot be described by a tensor map (16-byte aligned data, strides multiples "
+                                     f"of 16 bytes); the cp.async producer has {TILES[(var, d)]}")
         args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP)) + (np.int32(B),)
     opts = compile_options(var)
     pin = opts == PIN_OPTIONS

@@ -98,6 +98,16 @@ def flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal=False) -> float:
     return f / 2 if causal else f
 
 
+def _device_text(a) -> str:
+    """'device N (compute capability XY)' of the array's device, for error messages."""
+    try:
+        import cupy
+
+        return f"device {a.device.id} (compute capability {cupy.cuda.Device(a.device.id).compute_capability})"
+    except Exception:  # pragma: no cover - no driver
+        return f"device {a.device.id}"
+
+
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
               schedule="auto", block_sizes=None):
     """Scaled dot-product attention forward, ``softmax(q kᵀ · softmax_scale + mask) v``.
@@ -169,7 +179,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     if schedule == "wgmma":
         if not _attention_sm90.supports(p):
             raise ValueError(f"schedule 'wgmma' needs a compute capability 9.0 device, float16/bfloat16 and "
-                             f"head_dim <= 128; got {p.dtype}, head_dim {p.head_dim}")
+                             f"head_dim <= 128; got {_device_text(p.q)}, {p.dtype}, head_dim {p.head_dim}")
         out, lse = _attention_sm90.forward(p, block_sizes, return_lse=return_lse)
         return (out, lse) if return_lse else out
     if schedule == "standard":

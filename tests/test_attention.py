@@ -420,6 +420,9 @@ def test_bad_inputs_raise(cp):
         attention(q, q, q, block_sizes=(96, 64))
     with pytest.raises(ValueError):
         attention(q, q, q, schedule="fa3")
+    q32 = z((1, 1, 8, 64), cp.float32)  # float32 never runs on the wgmma kernel: the message names the device
+    with pytest.raises(ValueError, match=r"device \d+ \(compute capability \d+\)"):
+        attention(q32, q32, q32, schedule="wgmma")
     with pytest.raises(ValueError):
         attention(q, q, q, window_size=(-2, 0))
     with pytest.raises(TypeError, match="causal"):

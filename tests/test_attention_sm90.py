@@ -348,7 +348,8 @@ def test_pin_softmax_changes_only_the_order(cp, rng, monkeypatch, dtype, head_di
 @pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
 def test_tails_and_masks_every_default_variant_tile(cp, rng, dtype, mask, sq, sk):
     """Every tile of the default variant at head_dim 64 (Br = 128 with two consumer warpgroups, Br = 64 with one
-    and two blocks per SM; the default picks by seqlen_k) on every tail shape and mask."""
+    and two blocks per SM, the default picking by seqlen_k; Br = 192, Bc = 64 with three) on every tail shape and
+    mask."""
     for (dt, d, var, br, bc, pv) in S90.configurations():
         if d != 64 or dt != dtype or var != S90.DEFAULT_VARIANT:
             continue
@@ -600,3 +601,8 @@ def test_tma_fallback_for_broadcast_kv(cp, rng):
     assert err <= 2 * berr + 1e-5, (err, berr)
     with pytest.raises(ValueError, match="tma"):
         S90.forward(p, variant="tma")
+    # a tile only the TMA producer instantiates (Br = 192 at head_dim 64) cannot fall back: ValueError, no launch
+    k64 = cp.broadcast_to(randn(cp, rng, (1, 2, 170, 64), BF16), (3, 2, 170, 64))
+    p64 = prepare(randn(cp, rng, (3, 2, 150, 64), BF16), k64, k64, causal=True)
+    with pytest.raises(ValueError, match="Br=192"):
+        S90.forward(p64, block_sizes=(192, 64))
