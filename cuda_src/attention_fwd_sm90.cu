@@ -40,39 +40,11 @@
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
-// CUFLASH_EXP2_EMU = k in 0..4 (study): k of every 4 pairs of probabilities per row are computed by exp2_fma on the
-// FMA pipe instead of MUFU.EX2 (at head_dim 64 the exponentials of a tile take the MUFU about as long as its two
-// GEMMs take the tensor cores); CUFLASH_EXP2_DEG: the polynomial's degree (3 or 4).
-#ifndef CUFLASH_EXP2_EMU
-#define CUFLASH_EXP2_EMU 0
-#endif
-#ifndef CUFLASH_EXP2_DEG
-#define CUFLASH_EXP2_DEG 4
-#endif
 
 namespace cuflash {
 
 __device__ __forceinline__ bool sm90_key_visible(int i, int j, int seqlen_k, int shift, int left, int right) {
   return j < seqlen_k && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
-}
-
-// 2^x on the FMA and integer pipes (Cody & Waite range reduction): x = j + f with j = rint(x), f in [-1/2, 1/2];
-// 2^f by a polynomial (minimax for the relative error, fitted here: 7.5e-5 at degree 3, 2.7e-6 at degree 4, against
-// ex2.approx's 2^-22), 2^j by building the exponent bits. x < -127 is clamped to -127, whose 2^j is +0, so
-// -inf gives exactly 0 as ex2.approx.ftz does (and x in [-127, -126.5) gives 0: flushed, as ex2.approx.ftz
-// flushes results below 2^-126); NaN stays NaN (max.NaN). Valid for x < 128 (the softmax only has x <= 0).
-__device__ __forceinline__ float exp2_fma(float x) {
-  asm("max.NaN.f32 %0, %0, 0fC2FE0000;" : "+f"(x));  // max(x, -127), NaN propagated
-  const float t = x + 12582912.f;                   // 1.5 * 2^23: rint(x) in the low mantissa bits of t
-  const float f = x - (t - 12582912.f);
-#if CUFLASH_EXP2_DEG == 3
-  float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.2426111251f), f, 0.6932609677f), f, 0.9999280572f);
-#else
-  float p = fmaf(fmaf(fmaf(fmaf(0.0095697055f, f, 0.0559181981f), f, 0.2402476519f), f, 0.6931217313f), f,
-                 0.9999992251f);
-#endif
-  // (bits of t) << 23 == rint(x) << 23 (the magic's bits shift out); + 127 << 23: the float 2^rint(x)
-  return p * __int_as_float((__float_as_int(t) << 23) + (127 << 23));
 }
 
 // Mask S and update the online softmax in log2 units: on return s holds p = exp2(s * scale_log2 - m_new), m2
@@ -106,10 +78,8 @@ __device__ __forceinline__ void softmax_step(float (&s)[Bc / 2], float (&m2)[2],
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < SREG / 4; ++i) {
-      const float x0 = fmaf(s[4 * i + 2 * r], scale_log2, -m_use), x1 = fmaf(s[4 * i + 2 * r + 1], scale_log2, -m_use);
-      const bool emu = (i & 3) < CUFLASH_EXP2_EMU;
-      const float p0 = emu ? exp2_fma(x0) : exp2f(x0);
-      const float p1 = emu ? exp2_fma(x1) : exp2f(x1);
+      const float p0 = exp2f(fmaf(s[4 * i + 2 * r], scale_log2, -m_use));
+      const float p1 = exp2f(fmaf(s[4 * i + 2 * r + 1], scale_log2, -m_use));
       s[4 * i + 2 * r] = p0;
       s[4 * i + 2 * r + 1] = p1;
       sum += p0 + p1;

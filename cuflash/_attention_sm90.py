@@ -25,7 +25,7 @@ entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thr
 is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
 and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also
 instantiates Br = 192, Bc = 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile; by
-``block_sizes=(192, 64)``). Masking, tails, GQA, lse and the
+``block_sizes=(192, 64)``, and the default from ``LONG_SEQLEN_K`` keys when nothing is masked). Masking, tails, GQA, lse and the
 bottom-right causal/window convention are those of
 :mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
@@ -206,24 +206,36 @@ SHORT_SEQLEN_K = 4096
 SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128)}
 
 
-def default_tile(variant: str, head_dim: int, seqlen_k: int) -> tuple[int, int, int]:
-    """The (Br, Bc, pv_n) a call without ``block_sizes`` runs: SHORT_TILES up to SHORT_SEQLEN_K keys, else the
-    first of TILES."""
+# Long unmasked key sequences at head_dim 64: the Br = 192, Bc = 64 tile (three consumer warpgroups) from
+# LONG_SEQLEN_K keys when nothing is masked (not causal, no window). Measured on the H200 against the default tile
+# (experiments/results/fwd_br192_ab_{bfloat16,float16}.json, 6774c3e, same run): 1.02-1.03x at 8K and 16K
+# non-causal, 0.94-0.99x causal there, 0.83-0.92x at 512-4K.
+LONG_SEQLEN_K = 8192
+LONG_TILES = {("tma", 64): (192, 64, 64)}
+
+
+def default_tile(variant: str, head_dim: int, seqlen_k: int, unmasked: bool = False) -> tuple[int, int, int]:
+    """The (Br, Bc, pv_n) a call without ``block_sizes`` runs: SHORT_TILES up to SHORT_SEQLEN_K keys, LONG_TILES
+    from LONG_SEQLEN_K keys when ``unmasked`` (no causal mask, no window), else the first of TILES."""
     short = SHORT_TILES.get((variant, head_dim))
     if short is not None and seqlen_k <= SHORT_SEQLEN_K:
         return short
+    long = LONG_TILES.get((variant, head_dim))
+    if long is not None and unmasked and seqlen_k >= LONG_SEQLEN_K:
+        return long
     return TILES[(variant, head_dim)][0]
 
 
 def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int, int]:
-    """(variant, Br, Bc, pv_n) for problem ``p``; validates the choices against the instantiated set."""
+    """(variant, Br, Bc, pv_n) for problem ``p`` (its head_dim, seqlen_k and window (left, right), (-1, -1) when
+    unmasked); validates the choices against the instantiated set."""
     d = kernel_head_dim(p.head_dim)
     var = DEFAULT_VARIANT if variant is None else str(variant)
     if var not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     avail = TILES[(var, d)]
     if block_sizes is None:
-        br, bc, pv0 = default_tile(var, d, p.seqlen_k)
+        br, bc, pv0 = default_tile(var, d, p.seqlen_k, tuple(p.window) == (-1, -1))
     else:
         br, bc = parse_block_sizes(block_sizes)
         pv0 = next((c[2] for c in avail if c[:2] == (br, bc)), None)

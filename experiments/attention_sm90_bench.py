@@ -164,7 +164,8 @@ def main(argv=None) -> int:
         dn_ = "bfloat16" if np.dtype(cfg[0]) == np.dtype(bfloat16) else "float16"
         if dn_ not in a.dtypes or cfg[1] not in a.head_dims:
             continue
-        default = cfg[3:] in (S90.TILES[(cfg[2], cfg[1])][0], S90.SHORT_TILES.get((cfg[2], cfg[1])))  # by seqlen_k
+        default = cfg[3:] in (S90.TILES[(cfg[2], cfg[1])][0], S90.SHORT_TILES.get((cfg[2], cfg[1])),
+                              S90.LONG_TILES.get((cfg[2], cfg[1])))  # by seqlen_k (and mask)
         if (cfg[2] == S90.DEFAULT_VARIANT and default) or (not a.no_variants and (default or a.all_tiles)):
             timed.append(cfg)
     checks = S90.self_check(timed)

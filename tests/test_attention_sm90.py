@@ -226,7 +226,7 @@ def test_kernel_head_dim_and_choices():
         S90.kernel_head_dim(129)
 
     class P:  # the fields choose() reads
-        head_dim, dtype, seqlen_k = 128, np.dtype(BF16), 1024
+        head_dim, dtype, seqlen_k, window = 128, np.dtype(BF16), 1024, (-1, 0)
 
     assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
     # head_dim 64: the one-consumer tile up to SHORT_SEQLEN_K keys, Br = 128 beyond
@@ -235,6 +235,13 @@ def test_kernel_head_dim_and_choices():
     P.seqlen_k = S90.SHORT_SEQLEN_K + 1
     assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
     assert S90.choose(P(), (64, 128), variant="tma") == ("tma", 64, 128, 64)
+    # ... and Br = 192, Bc = 64 from LONG_SEQLEN_K keys when nothing is masked
+    P.seqlen_k = S90.LONG_SEQLEN_K
+    assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)  # causal
+    P.window = (-1, -1)
+    assert S90.choose(P(), variant="tma") == ("tma", 192, 64, 64)
+    assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
+    P.window = (-1, 0)
     P.head_dim, P.seqlen_k = 128, 1024
     assert S90.choose(P(), (128, 128), 128, "simple") == ("simple", 128, 128, 128)
     for bad in (dict(variant="fa9"), dict(block_sizes=(64, 64), variant="simple"), dict(pv_n=128, variant="ws_nopp")):

@@ -17,7 +17,16 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--hidden", type=int, nargs="+", default=[8192, 16384, 32768, 65536])
 ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
 ap.add_argument("--rep", type=int, default=30)
+ap.add_argument("--name", default="ln_affine_probe")
+ap.add_argument("--set", nargs="*", default=[], metavar="NAME=INT",
+                help="cuflash.norm settings for the run, e.g. FWD_CLUSTER_PLAIN_LAYER=1 FWD_CLUSTER_HOLD=1")
 a = ap.parse_args()
+import cuflash.norm as _norm  # noqa: E402
+
+for kv in a.set:
+    key, val = kv.split("=")
+    assert hasattr(_norm, key), key
+    setattr(_norm, key, int(val))
 
 def copy_gbps():
     src = cp.empty(1 << 28, dtype=cp.uint8)
@@ -50,7 +59,7 @@ for dtn in a.dtypes:
         rows.append(row)
         del xs
         cp.get_default_memory_pool().free_all_blocks()
-path = bench.write_results("ln_affine_probe", rows, {"what": __doc__.split("\n")[0], "copy_GBps": copy,
+path = bench.write_results(a.name, rows, {"settings": a.set, "what": __doc__.split("\n")[0], "copy_GBps": copy,
                                                      "timing": f"CUDA events, median of {a.rep}, 2 input sets rotated, "
                                                                "two interleaved rounds, best"})
 print(f"copy {copy:.0f} GB/s")
