@@ -414,8 +414,16 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // buffer before this row's reduction, so a block keeps a row's loads in flight while it reduces, exchanges and
 // writes the current one; PF is the launch bounds' blocks per SM (LayerNorm needs 88-118 registers: 2 without
 // spills, 3 with a few words spilled; RMSNorm fits 64: 4).
+// Blocks per SM (launch bounds): a block loads its share, then reduces, exchanges and writes it with no load in
+// flight, so the bytes in flight per SM are set by the resident blocks (the prefetching form at 2 blocks ran bf16
+// LayerNorm at 0.46-0.53 of copy). Plain LayerNorm (no residual, not held) with CL <= 4: 5 (48 registers, no
+// spills; at 4 it took 56-64 and ran at 0.75-0.85 of copy without weights where RMSNorm, 40 registers and 6
+// blocks, ran at 0.97-0.98); the others 4 (at 5, CL = 8, the held forms and float16 with float32 weights and a
+// residual spill).
 template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false, int PF = 0>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, PF ? PF : 4) norm_fwd_cluster(
+__global__ void __cluster_dims__(CL, 1, 1)
+    __launch_bounds__(256, PF ? PF : (KIND == LAYER && !RES && !HOLD && CL <= 4 ? 5 : 4))
+    norm_fwd_cluster(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
     const i64 rows, const int hidden, const float eps) {  // !HOLD: rows == gridDim.x / CL
@@ -502,16 +510,16 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, PF ? PF : 4) n
       return q;
     };
     if (KIND == LAYER) {
-      float s = 0.f, c = 0.f;
+      float s = 0.f, c = 0.f;  // c: the warp's count of values (its lanes' vectors below body), no shuffle needed
 #pragma unroll
-      for (int k = 0; k < VPT; ++k)
+      for (int k = 0; k < VPT; ++k) {
+        c += (float)(min(32, max(0, body - (t - lane + k * G))) * VEC);
         if (t + k * G < body) {
           const V a = opaque(reg[k]);
-          c += (float)VEC;
 #pragma unroll
           for (int i = 0; i < VEC; ++i) s += to_float(a.v[i]);
         }
-      c = warp_sum(c);
+      }
       s = warp_sum(s);
       const float m = c > 0.f ? s / c : 0.f;
       const float q = warp_sum(sq_dev(m));
