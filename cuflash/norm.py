@@ -12,7 +12,8 @@ pairwise formula; RMSNorm accumulates x^2 in float32 (float16 x^2 overflows abov
 capability 9.0, RMSNorm and fused LayerNorm rows of 2048 to 8192 whole 16-byte vectors are split over a
 thread-block cluster (``norm_fwd_cluster``): each block's share in registers, the blocks' states (LayerNorm: mean
 and M2 of the share, two-pass within each warp, Chan-merged) exchanged through distributed shared memory; so are
-plain LayerNorm's float32 rows of 32K, on persistent clusters that hold each block's weight and bias in shared memory.
+plain LayerNorm's float32 rows of 32K, on persistent clusters that hold each block's weight and bias in shared memory,
+and plain LayerNorm rows without weight and bias over up to four blocks.
 
 - LayerNorm: Ba, Kiros & Hinton, "Layer Normalization" (2016): ``y = (h - mean) / sqrt(var + eps) * w + b``
   with the biased variance, as ``torch.nn.functional.layer_norm``.
@@ -68,6 +69,12 @@ FWD_CLUSTER_PLAIN_LAYER = False  # LayerNorm without a residual takes the cluste
                                  # slower there than on norm_fwd / norm_fwd_stream (float32 8K-32K 0.73-0.86 of copy
                                  # against 0.74-0.93, bf16 16K-32K 0.65-0.72 against 0.69-0.83;
                                  # logs/norm_sweep_3a64b22.json, norm_sweep_nocluster_3a64b22.json) ...
+FWD_CLUSTER_LAYER_NO_AFFINE = 4  # LayerNorm without residual, weight or bias takes the cluster path when the row
+                                 # needs at most this many blocks (5 an SM there; 0: never). H200, same run against
+                                 # its other paths (logs/ln_affine_probe_occ*_96865ef.json): bf16 16K 0.90 vs
+                                 # 0.88 of copy, 32K 0.84 vs 0.80, float32 8K 0.98 vs 0.97, 16K 0.98 vs 0.86; with
+                                 # weight and bias it trails there (bf16 16K 0.74 vs 0.85), as it does at 8 blocks
+                                 # (bf16 64K 0.75 vs 0.82)
 FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least this many bytes (32K: the cluster
                                            # geometry's longest), which take it in the held form (FWD_CLUSTER_HOLD's):
                                            # 0.72 -> 0.84 of copy. It did not gain on float32 8K / 16K (0.87 against
@@ -380,12 +387,13 @@ def _plain_layer_held(kind, dt, hidden, res):
             and hidden * dt.itemsize >= FWD_CLUSTER_PLAIN_LAYER_BYTES)
 
 
-def _fwd_config(kind, dt, wdt, hidden, res, dev):
-    """The :data:`FwdPlan` of one row length (cached).
+def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
+    """The :data:`FwdPlan` of one row length (cached); ``affine``: a weight or a bias is given.
 
     On compute capability 9.0, rows that :func:`_fwd_cluster_geometry` covers run ``norm_fwd_cluster`` when they
-    are RMSNorm or fused-residual rows, or float32 plain LayerNorm rows of ``FWD_CLUSTER_PLAIN_LAYER_BYTES`` (these
-    in the held, persistent form). Otherwise:
+    are RMSNorm or fused-residual rows, LayerNorm rows without weight and bias over at most
+    ``FWD_CLUSTER_LAYER_NO_AFFINE`` blocks, or float32 plain LayerNorm rows of ``FWD_CLUSTER_PLAIN_LAYER_BYTES``
+    (these in the held, persistent form). Otherwise:
     Rows of whole 16-byte vectors that fit two stages in shared memory are streamed (``norm_fwd_stream``: a warp
     per row up to ``STREAM_WARP_MAX_VECS`` vectors, else a block). Others run ``norm_fwd`` with the row in
     registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block),
@@ -393,12 +401,13 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev):
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
            FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES,
-           FWD_CLUSTER_PREFETCH)
+           FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
         plain_held = _plain_layer_held(kind, dt, hidden, res)
-        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held):
+        bare = geo is not None and not affine and not res and geo[0] <= FWD_CLUSTER_LAYER_NO_AFFINE
+        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held or bare):
             c, G = geo
             hold = (FWD_CLUSTER_HOLD or plain_held) and not res
             pf = 0 if not (hold and FWD_CLUSTER_PREFETCH) else FWD_CLUSTER_PREFETCH if kind == LAYER else 4
@@ -476,7 +485,8 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
         weight = _aligned(weight, a) if weight is not None else None
         bias = _aligned(bias, a) if bias is not None else None
         dev = x.device.id
-        pl = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev)
+        pl = _fwd_config(kind, dt, np.dtype(wdt), hidden, residual is not None, dev,
+                         affine=weight is not None or bias is not None)
         # the cluster kernel: one row per cluster, or (the held form) at most cap / C clusters taking rows
         # cluster-stride (rows * C < 2**31 blocks: rows of >= 2048 vectors that many would not fit in memory)
         if pl.cluster:

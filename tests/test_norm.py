@@ -362,6 +362,41 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
     assert hit > 0
 
 
+@pytest.mark.parametrize("itemsize", [4, 2])
+def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
+    """LayerNorm without residual, weight or bias takes the cluster path where its rows need at most
+    FWD_CLUSTER_LAYER_NO_AFFINE blocks (0: never); with a weight or bias the plan is the affine one. Plans only."""
+    from cuflash import _compile
+
+    declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
+    asked = []
+    monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): asked.append(name) or name)
+    monkeypatch.setattr(_compile, "max_shared_optin", lambda dev: 227 * 1024)
+    monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(_compile, "compute_capability", lambda dev: 90)
+    monkeypatch.setattr(_compile, "max_active_clusters", lambda kern, c, block, smem: 120 // c)
+    monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
+    dt = np.dtype(np.float32) if itemsize == 4 else _dtypes.bfloat16
+    vec, lo = 16 // itemsize, norm.FWD_CLUSTER_MIN_VECS
+    for limit in (norm.FWD_CLUSTER_LAYER_NO_AFFINE, 0):
+        monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_NO_AFFINE", limit)
+        for body in (lo - 1, lo, 2 * lo, 2 * lo + 1, 4 * lo):
+            hidden = body * vec
+            geo = norm._fwd_cluster_geometry(itemsize, hidden, 90)
+            for affine in (False, True):
+                monkeypatch.setattr(norm, "_FWD_CFG", {})
+                plan = norm._fwd_config(norm.LAYER, dt, dt, hidden, False, 0, affine=affine)
+                held = norm._plain_layer_held(norm.LAYER, dt, hidden, False)
+                expect = geo is not None and (held or (not affine and geo[0] <= limit))
+                assert bool(plan.cluster) == expect, (limit, body, affine, plan)
+                if expect:
+                    assert asked[-1] == norm._fwd_cluster_name(dt, dt, norm.LAYER, False, plan.cluster, held)
+                    assert asked[-1] in declared
+    monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_NO_AFFINE", 4)
+    monkeypatch.setattr(norm, "_FWD_CFG", {})
+    assert norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=False).cluster == 4
+
+
 def test_forward_cluster_hold_plans(monkeypatch):
     """FWD_CLUSTER_HOLD (study setting): rows without residual take the persistent cluster kernel, with shared
     memory for each thread's weight (and LayerNorm's bias) vectors and a grid cap of whole clusters; rows with a
@@ -667,6 +702,22 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     if cluster:
         assert norm._fwd_config(norm.LAYER if kind == "layer" else norm.RMS, np.dtype(dt), np.dtype(dt),
                                 4096 * vec, False, cp.cuda.Device().id).cluster == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_layer_norm_without_affine_on_the_cluster_path(cp, rng, dt):
+    """Default settings: LayerNorm without weight, bias or residual over 2 and 4 cluster blocks (2048 and 4096
+    vectors, and 4095 with the last block's share short) takes norm_fwd_cluster on compute capability 9.0; the
+    results match the float64 reference on 1, 7 and 301 rows."""
+    vec = 16 // np.dtype(dt).itemsize
+    for body in (2048, 4095, 4096):
+        if int(cp.cuda.Device().compute_capability) >= 90:
+            plan = norm._fwd_config(norm.LAYER, np.dtype(dt), np.dtype(dt), body * vec, False, cp.cuda.Device().id,
+                                    affine=False)
+            assert plan.cluster in (2, 4), plan
+        for rows in (1, 7, 301):
+            _run_forward(cp, rng, "layer", dt, rows, body * vec, 0)
 
 
 @pytest.mark.gpu
