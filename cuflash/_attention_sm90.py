@@ -323,8 +323,9 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     Returns ``(out, lse)``: out (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; lse float32
     (batch, heads_q, seqlen_q), natural-log logsumexp of the scaled masked scores, -inf (and out 0) for a row
     that sees no key. ``lse`` is computed in any case (``return_lse`` is accepted for the common signature).
-    Raises TypeError for float32 input, ValueError for head_dim > 128 or a configuration not instantiated,
-    ConfigurationError when the shared memory does not fit the device.
+    Raises TypeError for float32 input, ValueError for head_dim > 128 or a configuration not instantiated (also
+    when K or V need the cp.async fallback and ``block_sizes`` names a tile that only the TMA producer
+    instantiates), ConfigurationError when the shared memory does not fit the device.
     """
     import cupy
 
@@ -374,8 +375,9 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                     br, bc, pv = default_tile(var, d, Sk)
                 elif (br, bc, pv) not in TILES[(var, d)]:  # a tile only the TMA producer instantiates
                     raise ValueError(f"block_sizes (Br={br}, Bc={bc}) is a tile of the TMA variant only, and K or V "
-                                     "cannot be described by a tensor map (16-byte aligned data, strides multiples "
-                                     f"of 16 bytes); the cp.async producer has {TILES[(var, d)]}")
+                                     "cannot be described by a tensor map (data not 16-byte aligned, or a zero, "
+                                     "negative or non-16-byte-multiple stride); the cp.async producer has "
+                                     f"{TILES[(var, d)]}")
         args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP)) + (np.int32(B),)
     opts = compile_options(var)
     pin = opts == PIN_OPTIONS

@@ -80,11 +80,11 @@ def _run_canaries():
     return _CANARY
 
 
-def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_k=0):
+def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_k=0, unmasked=False):
     """Fail (without launching) when the canary of this configuration hung or crashed."""
     d = S90.kernel_head_dim(head_dim)
     if block_sizes is None:
-        br, bc, pv = S90.default_tile(variant, d, seqlen_k)
+        br, bc, pv = S90.default_tile(variant, d, seqlen_k, unmasked)
     else:
         br, bc = block_sizes
         pv = pv_n if pv_n is not None else next((c[2] for c in S90.TILES[(variant, d)] if c[:2] == (br, bc)), 64)
@@ -98,8 +98,9 @@ def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_k=0):
 # ------------------------------------------------------------------------------------------------ helpers
 def run(q, k, v, causal=False, scale=None, window=(-1, -1), variant=None, **kw):
     variant = variant or S90.DEFAULT_VARIANT
-    require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"), k.shape[-2])
     p = prepare(q, k, v, causal=causal, softmax_scale=scale, window_size=window)
+    require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"), k.shape[-2],
+            tuple(p.window) == (-1, -1))
     assert S90.supports(p)
     return S90.forward(p, return_lse=True, variant=variant, **kw)
 
@@ -238,9 +239,13 @@ def test_kernel_head_dim_and_choices():
     # ... and Br = 192, Bc = 64 from LONG_SEQLEN_K keys when nothing is masked
     P.seqlen_k = S90.LONG_SEQLEN_K
     assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)  # causal
+    P.window = (10, -1)  # a window masks keys too
+    assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
     P.window = (-1, -1)
     assert S90.choose(P(), variant="tma") == ("tma", 192, 64, 64)
     assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
+    P.seqlen_k = S90.LONG_SEQLEN_K - 1
+    assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
     P.window = (-1, 0)
     P.head_dim, P.seqlen_k = 128, 1024
     assert S90.choose(P(), (128, 128), 128, "simple") == ("simple", 128, 128, 128)

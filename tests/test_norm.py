@@ -395,6 +395,9 @@ def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
     monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_NO_AFFINE", 4)
     monkeypatch.setattr(norm, "_FWD_CFG", {})
     assert norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=False).cluster == 4
+    # the plan cache keeps the two apart (no clearing between them)
+    assert not norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=True).cluster
+    assert norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=False).cluster == 4
 
 
 def test_forward_cluster_hold_plans(monkeypatch):

@@ -2,7 +2,8 @@
 = A and = B (each with its default tile; or B = schedule "wgmma" with --b-blocks BR BC), interleaved per shape, torch SDPA cuDNN in the same run; FlashAttention-2
 convention (16K tokens, hidden 2048), bfloat16. Writes experiments/results/<name>.json and prints the table.
     python experiments/scratch/fwd_variant_ab.py [--a tma] [--b tmap] [--name fwd_variant_ab] [--seqlens ...]
-    [--b-blocks 192 64]"""
+    [--b-blocks 192 64]
+(A is the default tile, which is itself (192, 64) at head_dim 64 from LONG_SEQLEN_K keys when unmasked.)"""
 import argparse, sys
 sys.path.insert(0, ".")
 sys.path.insert(0, "experiments")
@@ -41,6 +42,9 @@ def run(ab, q, k, v, causal):
 rng = np.random.default_rng(0)
 rows = []
 for d in a.head_dims:
+    if a.b_blocks is not None and tuple(a.b_blocks) not in [c[:2] for c in S90.TILES[(a.b, d)]]:
+        print(f"head_dim {d}: ({a.b_blocks[0]}, {a.b_blocks[1]}) is not a tile of {a.b}; skipped")
+        continue
     for n in a.seqlens:
         for causal in (False, True):
             B, H = 16384 // n, 2048 // d
