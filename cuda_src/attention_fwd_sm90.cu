@@ -43,10 +43,6 @@
 
 namespace cuflash {
 
-__device__ __forceinline__ bool sm90_key_visible(int i, int j, int seqlen_k, int shift, int left, int right) {
-  return j < seqlen_k && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
-}
-
 // Mask S and update the online softmax in log2 units: on return s holds p = exp2(s * scale_log2 - m_new), m2
 // (scaled) and l are updated (l = l * alpha + rowsum p, this lane's partial sum), alpha = exp2(m_old - m_new) per
 // row. The scale is folded into one FFMA per element (FA-3): the row max is taken on the raw scores, which needs
@@ -57,11 +53,30 @@ __device__ __forceinline__ void softmax_step(float (&s)[Bc / 2], float (&m2)[2],
                                              int left, int right, float scale_log2) {
   constexpr int SREG = Bc / 2;
   if (need_mask) {
+    // Element i sits at key col = base + c(i), c(i) = (i >> 2) * 8 + (i & 1) a compile-time constant: each row's
+    // visible keys [lo, hi) (the masking rule of the header) become bounds on c once per row, so an element costs
+    // a compare with an immediate and a select (the per-element test compiled to ~10 instructions an element, more
+    // than the softmax itself, on every causal diagonal tile; experiments/scratch/sass_mask.py).
+    const int base = k0 + 2 * t;
+    int hi[2], lo[2];
 #pragma unroll
-    for (int i = 0; i < SREG; ++i) {
-      const int col = k0 + (i >> 2) * 8 + 2 * t + (i & 1);
-      const int row = (i & 2) ? row_a + 8 : row_a;
-      s[i] = sm90_key_visible(row, col, seqlen_k, shift, left, right) ? s[i] : -INFINITY;
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_a + 8 * r;
+      hi[r] = (right < 0 ? seqlen_k : min(seqlen_k, row + shift + right + 1)) - base;  // c < hi
+      lo[r] = (left < 0 ? 0 : row + shift - left) - base;                               // c >= lo (left >= 0)
+    }
+    if (left < 0) {  // no left bound (causal, or no window): one compare an element
+#pragma unroll
+      for (int i = 0; i < SREG; ++i) {
+        const int c = (i >> 2) * 8 + (i & 1);
+        s[i] = c < hi[(i >> 1) & 1] ? s[i] : -INFINITY;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < SREG; ++i) {
+        const int c = (i >> 2) * 8 + (i & 1), r = (i >> 1) & 1;
+        s[i] = (c < hi[r] && c >= lo[r]) ? s[i] : -INFINITY;
+      }
     }
   }
 #pragma unroll
