@@ -758,6 +758,11 @@ def test_layer_norm_without_affine_on_the_cluster_path(cp, rng, dt):
             assert plan.cluster in (2, 4), plan
         for rows in (1, 7, 301):
             _run_forward(cp, rng, "layer", dt, rows, body * vec, 0)
+        # mean and rstd on this path (variant 0 asks for no statistics)
+        x = rnd(rng.standard_normal((5, body * vec)) * 3 + 5, dt)
+        _, mk, rk = norm.layer_norm(_dev(cp, x), body * vec, return_stats=True)
+        _, mean, rstd = ref_forward("layer", x.astype(np.float64), None, None, 1e-5)
+        assert np.allclose(mk.get(), mean, rtol=1e-5, atol=1e-5) and np.allclose(rk.get(), rstd, rtol=1e-4)
 
 
 @pytest.mark.gpu
