@@ -330,6 +330,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   static_assert(STAGES >= 2 && (!PINGPONG || NWG == 2), "stages / ping-pong with two consumers");
   static_assert(TMA || !PERSIST, "the persistent grid needs the TMA producer");
   static_assert(NWG != 1 || PRODUCER_REGS + CONSUMER_REGS <= 256, "two blocks per SM: 128 registers a thread");
+  static_assert((NWG == 1 ? 2 : 1) * 128 * (PRODUCER_REGS + NWG * CONSUMER_REGS) <= 65536,
+                "setmaxnreg budgets beyond the register file");
   constexpr int Br = 64 * NWG;
   constexpr int Q_BYTES = Br * HEAD_DIM * 2, KV_BYTES = Bc * HEAD_DIM * 2;
   constexpr int NPV = HEAD_DIM / PVN, OREG = PVN / 2;
