@@ -182,18 +182,30 @@ attention_fwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
     const bool need_mask = (k0 + Bc > seqlen_k) ||
                            (right >= 0 && k0 + Bc - 1 > q0 + shift + right) ||
                            (left >= 0 && k0 < q0 + Br - 1 + shift - left);
+    // Masking by per-row key bounds: the element (n, e) sits at key k0 + 2t + c, c = n * 8 + (e & 1) a
+    // compile-time constant, so each row's visible keys [lo, hi) (key_visible) become bounds on c once per row and
+    // an element costs a compare with an immediate and a select (the per-element key_visible test compiled to
+    // several times that; the Hopper kernel's count: experiments/scratch/sass_mask.py).
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int row_a = q0 + wrow + mt * 16 + g;  // the two query rows this lane holds in m-tile mt
+      int hi[2] = {0, 0}, lo[2] = {0, 0};
+      if (need_mask) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = row_a + 8 * r, base = k0 + 2 * t;
+          hi[r] = (right < 0 ? seqlen_k : min(seqlen_k, row + shift + right + 1)) - base;  // c < hi
+          lo[r] = (left < 0 ? -Bc : row + shift - left - base);                            // c >= lo
+        }
+      }
 #pragma unroll
       for (int n = 0; n < NTILES; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float x = s[mt][n][e] * scale_log2;
           if (need_mask) {
-            int col = k0 + n * 8 + 2 * t + (e & 1);
-            int row = row_a + (e >> 1) * 8;
-            if (!key_visible(row, col, seqlen_k, shift, left, right)) x = -INFINITY;
+            const int c = n * 8 + (e & 1), r = e >> 1;
+            if (!(c < hi[r] && c >= lo[r])) x = -INFINITY;
           }
           s[mt][n][e] = x;
         }
