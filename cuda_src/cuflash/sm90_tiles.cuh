@@ -32,11 +32,12 @@ __device__ __forceinline__ void load_tile_sw128(unsigned dst, const T* src, i64 
 // S = Q_w K^T: KSTEPS wgmmas (Q rows of this warpgroup at sQw, 64-column blocks BR rows apart; K tile at cK).
 template <typename T, int HEAD_DIM, int BR, int Bc>
 __device__ __forceinline__ void issue_qk(float (&s)[Bc / 2], unsigned sQw, unsigned cK) {
+  const unsigned long long da0 = wgmma_desc(sQw, 16, 1024), db0 = wgmma_desc(cK, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
     const unsigned blk = kk >> 2, in = (kk & 3) * 32;  // 64-column block, 32-byte k16 step inside the row
-    const unsigned long long da = wgmma_desc(sQw + blk * (BR * 128) + in, 16, 1024);
-    const unsigned long long db = wgmma_desc(cK + blk * (Bc * 128) + in, 16, 1024);
+    const unsigned long long da = wgmma_desc_advance(da0, blk * (BR * 128) + in);
+    const unsigned long long db = wgmma_desc_advance(db0, blk * (Bc * 128) + in);
     WgmmaSS<T, Bc>::run(s, da, db, kk > 0 ? 1 : 0);
   }
 }
@@ -45,14 +46,14 @@ __device__ __forceinline__ void issue_qk(float (&s)[Bc / 2], unsigned sQw, unsig
 template <typename T, int HEAD_DIM, int Bc, int PVN>
 __device__ __forceinline__ void issue_pv(float (&o)[HEAD_DIM / PVN][PVN / 2], const unsigned (&pa)[Bc / 16][4],
                                          unsigned cV) {
+  // keys 16kk..16kk+15: two 8-row groups (SBO = 1024); columns n*PVN..: 64-wide blocks Bc*128 bytes apart
+  // (LBO; with PVN = 64 one wgmma stays inside one block, LBO unused, so 1024 is passed as well).
+  const unsigned long long d0 = wgmma_desc(cV, PVN == 64 ? 1024 : Bc * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < Bc / 16; ++kk) {
 #pragma unroll
     for (int n = 0; n < HEAD_DIM / PVN; ++n) {
-      // keys 16kk..16kk+15: two 8-row groups (SBO = 1024); columns n*PVN..: 64-wide blocks Bc*128 bytes apart
-      // (LBO; with PVN = 64 one wgmma stays inside one block, LBO unused, so 1024 is passed as well).
-      const unsigned long long db = wgmma_desc(cV + n * (PVN / 64) * (Bc * 128) + kk * 16 * 128,
-                                               PVN == 64 ? 1024 : Bc * 128, 1024);
+      const unsigned long long db = wgmma_desc_advance(d0, n * (PVN / 64) * (Bc * 128) + kk * 16 * 128);
       WgmmaRS<T, PVN>::run(o[n], pa[kk], db, 1);
     }
   }

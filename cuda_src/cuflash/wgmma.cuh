@@ -47,6 +47,14 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned saddr, unsigne
   return d;
 }
 
+// The descriptor of the same layout `bytes` further on (a multiple of 16): one 32-bit add on the address field,
+// where a fresh wgmma_desc costs four instructions. Exact while the address stays in shared memory (< 2^18 bytes:
+// the field, address >> 4, cannot carry into the LBO bits).
+__device__ __forceinline__ unsigned long long wgmma_desc_advance(unsigned long long d, unsigned bytes) {
+  const unsigned lo = (unsigned)d + (bytes >> 4), hi = (unsigned)(d >> 32);
+  return ((unsigned long long)hi << 32) | lo;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call for wip/next17 (not yet run on a GPU): the Hopper forward's per-row mask bounds (#9) and the
-# staged LayerNorm weights (#4, study setting FWD_CLUSTER_LAYER_STAGED). Before the call, on this machine:
+# One device call for wip/next17 (not yet run on a GPU): the Hopper forward's per-row mask bounds and wgmma
+# descriptors advanced by one add (#9; the descriptors also in the wgmma backward), the FA-2 forward's mask
+# bounds, and the staged LayerNorm weights (#4, study setting FWD_CLUSTER_LAYER_STAGED). The backward's same-run
+# A/B against the same abm/ tree: experiments/scratch/bwd_vs_tree_call.sh. Before the call, on this machine:
 #   bash experiments/scratch/ab_tree.sh 714211d /tmp/kcN        # abm/ = main's tree, its attention kernels cached
 #   python experiments/kcache_offline.py /tmp/kcN --jobs 2       # this tree's kernels (from a worktree of HEAD)
 #   (cd /tmp/kcN && tar czf - . | split -b 15m - ../path/to/.kc/kc.tgz.)
