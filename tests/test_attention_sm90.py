@@ -354,6 +354,21 @@ def test_pin_softmax_changes_only_the_order(cp, rng, monkeypatch, dtype, head_di
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_default_tile_for_long_unmasked_keys(cp, rng, dtype):
+    """End to end through the default choice: head_dim 64, seqlen_k from LONG_SEQLEN_K (with a tail tile), no mask
+    takes the Br = 192 tile; causal takes the Br = 128 one; both match the float64 reference."""
+    sk = S90.LONG_SEQLEN_K + 37
+    q = randn(cp, rng, (1, 2, 211, 64), dtype)
+    k = randn(cp, rng, (1, 2, sk, 64), dtype)
+    v = randn(cp, rng, (1, 2, sk, 64), dtype)
+    for causal, tile in ((False, (192, 64, 64)), (True, (128, 128, 64))):
+        assert S90.choose(prepare(q, k, v, causal=causal))[1:] == tile
+        check(q, k, v, causal, what=f"default tile {dtype} causal={causal} {sk} keys")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("sq,sk", SHAPES)
 @pytest.mark.gpu

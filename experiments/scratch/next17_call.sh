@@ -17,7 +17,7 @@
 t0=$(date +%s); el() { echo "--- $1: $(( $(date +%s) - t0 )) s"; }
 CUFLASH_GPU_RECORD=experiments/results/h200_next17_tests.json timeout 240 python -m pytest -q -n 15 \
   -p no:cacheprovider -o addopts="-ra --benchmark-disable" tests/test_attention_sm90.py tests/test_norm.py \
-  -k "tails_and_masks or every_configuration or gqa or cluster" 2>&1 | tail -3
+  -k "tails_and_masks or every_configuration or gqa or cluster or default_tile_for_long" 2>&1 | tail -3
 pack; el tests
 for r in 1 2; do
   (cd abm && PYTHONPATH=. CUFLASH_COMMIT=$(cat COMMIT) timeout 80 python experiments/attention_bench.py --rep 20 \
