@@ -312,15 +312,21 @@ __global__ void __launch_bounds__(32 * (BC / 16) * WN) bwd_dkdv(
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] = exp_shifted(s[n][e], scale_log2, (e & 1) ? l2.y : l2.x);
       }
-    } else {
+    } else {  // this thread's two keys: the queries each sees, relative to i0 + 2t (entry query = that + c)
+      int lo[2], hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        query_range(j0 + wr * 16 + g + 8 * r, Sq, Sk, shift, left, right, lo[r], hi[r]);
+        lo[r] -= i0 + 2 * t;
+        hi[r] -= i0 + 2 * t;
+      }
 #pragma unroll
       for (int n = 0; n < NQ; ++n) {
         const float2 l2 = *reinterpret_cast<const float2*>(sLse + n * 8 + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int jl = wr * 16 + g + (e >> 1) * 8;
-          const int il = n * 8 + 2 * t + (e & 1);
-          const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
+          const int c = n * 8 + (e & 1), r = e >> 1;
+          const bool ok = c >= lo[r] && c < hi[r];
           s[n][e] = ok ? exp_shifted(s[n][e], scale_log2, (e & 1) ? l2.y : l2.x) : 0.f;
         }
       }
@@ -490,14 +496,20 @@ __global__ void __launch_bounds__(128 * WN) bwd_dq(
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] = exp_shifted(s[n][e], scale_log2, L[e >> 1]);
       }
-    } else {
+    } else {  // this thread's two queries: the keys each sees, relative to j0 + 2t (entry key = that + c)
+      int lo[2], hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        key_range(i0 + wr * 16 + g + 8 * r, Sq, Sk, shift, left, right, lo[r], hi[r]);
+        lo[r] -= j0 + 2 * t;
+        hi[r] -= j0 + 2 * t;
+      }
 #pragma unroll
       for (int n = 0; n < NK; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int il = wr * 16 + g + (e >> 1) * 8;
-          const int jl = n * 8 + 2 * t + (e & 1);
-          const bool ok = visible(i0 + il, j0 + jl, Sq, Sk, shift, left, right);
+          const int c = n * 8 + (e & 1), r = e >> 1;
+          const bool ok = c >= lo[r] && c < hi[r];
           s[n][e] = ok ? exp_shifted(s[n][e], scale_log2, L[e >> 1]) : 0.f;
         }
       }

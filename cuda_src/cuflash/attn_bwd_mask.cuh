@@ -9,12 +9,22 @@ namespace attn_bwd {
 
 constexpr float LOG2E = 1.4426950408889634f;
 
-__device__ __forceinline__ bool visible(int i, int j, int Sq, int Sk, int shift, int left, int right) {
-  return i < Sq && j < Sk && (right < 0 || j <= i + shift + right) && (left < 0 || j >= i + shift - left);
+// The visibility rule above as ranges, for tiles that need a mask: bounds computed once per row, then one compare
+// pair an entry (a per-entry test of the rule compiled to several times that).
+// The keys [lo, hi) query i sees (none when i >= Sq): (i, j) visible <=> lo <= j < hi, for j >= 0.
+__device__ __forceinline__ void key_range(int i, int Sq, int Sk, int shift, int left, int right, int& lo, int& hi) {
+  hi = i >= Sq ? 0 : (right < 0 ? Sk : min(Sk, i + shift + right + 1));
+  lo = left < 0 ? 0 : i + shift - left;
+}
+// The queries [lo, hi) that see key j (none when j >= Sk): (i, j) visible <=> lo <= i < hi, for i >= 0.
+__device__ __forceinline__ void query_range(int j, int Sq, int Sk, int shift, int left, int right, int& lo,
+                                            int& hi) {
+  hi = j >= Sk ? 0 : (left < 0 ? Sq : min(Sq, j - shift + left + 1));
+  lo = right < 0 ? 0 : j - shift - right;
 }
 
 // Every (query, key) of queries [i0, i0 + ni) x keys [j0, j0 + nj) is visible (no tail, no mask edge): the
-// tile's P needs no per-entry mask (the visible() tests were most of the softmax step's instructions).
+// tile's P needs no per-entry mask (per-entry tests of the rule were most of the softmax step's instructions).
 __device__ __forceinline__ bool tile_visible(int i0, int ni, int j0, int nj, int Sq, int Sk, int shift, int left,
                                              int right) {
   return i0 + ni <= Sq && j0 + nj <= Sk && (right < 0 || j0 + nj - 1 <= i0 + shift + right) &&
