@@ -424,7 +424,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     const i64 n_work = PERSIST ? (i64)n_q * heads_q * batch : 1;
     const i64 u_first = PERSIST ? blockIdx.x : 0, u_step = PERSIST ? gridDim.x : 1;
     const int shift = seqlen_k - seqlen_q;
-    const int c = wg - 1;  // consumer index
+    // consumer index, through a shuffle from lane 0 so that the compiler knows it is warp-uniform (CUTLASS does the
+    // same): the addresses and wgmma descriptors derived from it then live in uniform registers
+    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);
     const unsigned sQw = sQ + c * 64 * 128;
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
     for (i64 u = u_first; u < n_work; u += u_step) {
