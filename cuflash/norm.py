@@ -418,7 +418,7 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
         bare = geo is not None and not affine and not res and geo[0] <= FWD_CLUSTER_LAYER_NO_AFFINE
         hold = (FWD_CLUSTER_HOLD or plain_held) and not res
         staged = (geo is not None and kind == LAYER and affine and not res and not hold
-                  and wdt.itemsize == dt.itemsize and geo[0] <= FWD_CLUSTER_LAYER_STAGED)
+                  and wdt.itemsize == dt.itemsize and geo[0] <= min(FWD_CLUSTER_LAYER_STAGED, 4))  # declared: 2, 4
         if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held or bare or staged):
             c, G = geo
             pf = 0 if not (hold and FWD_CLUSTER_PREFETCH) else FWD_CLUSTER_PREFETCH if kind == LAYER else 4

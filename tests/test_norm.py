@@ -362,10 +362,9 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
     assert hit > 0
 
 
-@pytest.mark.parametrize("itemsize", [4, 2])
-def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
-    """LayerNorm without residual, weight or bias takes the cluster path where its rows need at most
-    FWD_CLUSTER_LAYER_NO_AFFINE blocks (0: never); with a weight or bias the plan is the affine one. Plans only."""
+def _plans_on_sm90(monkeypatch):
+    """Plans without a device, as on an H200 (compute capability 9.0, 132 SMs, 227 KiB of shared memory): returns
+    the declared norm.cu kernel names and the list of names the planner asks for."""
     from cuflash import _compile
 
     declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
@@ -376,6 +375,14 @@ def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
     monkeypatch.setattr(_compile, "compute_capability", lambda dev: 90)
     monkeypatch.setattr(_compile, "max_active_clusters", lambda kern, c, block, smem: 120 // c)
     monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
+    return declared, asked
+
+
+@pytest.mark.parametrize("itemsize", [4, 2])
+def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
+    """LayerNorm without residual, weight or bias takes the cluster path where its rows need at most
+    FWD_CLUSTER_LAYER_NO_AFFINE blocks (0: never); with a weight or bias the plan is the affine one. Plans only."""
+    declared, asked = _plans_on_sm90(monkeypatch)
     dt = np.dtype(np.float32) if itemsize == 4 else _dtypes.bfloat16
     vec, lo = 16 // itemsize, norm.FWD_CLUSTER_MIN_VECS
     for limit in (norm.FWD_CLUSTER_LAYER_NO_AFFINE, 0):
@@ -405,19 +412,10 @@ def test_forward_cluster_plans_staged(monkeypatch, itemsize):
     """FWD_CLUSTER_LAYER_STAGED (study setting): LayerNorm without residual, with a weight or bias of x's dtype,
     takes the cluster kernel with staged weights (STAGEW, 32 KiB of shared memory at G = 256) where the row needs
     at most that many blocks; weights of another dtype, a residual, RMSNorm or 0 keep their plans. Plans only."""
-    from cuflash import _compile
-
-    declared = {n for s, n, _, _ in _compile.declared() if s == "norm.cu"}
-    asked = []
-    monkeypatch.setattr(_compile, "get_kernel", lambda src, name, extra=(): asked.append(name) or name)
-    monkeypatch.setattr(_compile, "max_shared_optin", lambda dev: 227 * 1024)
-    monkeypatch.setattr(_compile, "sm_count", lambda dev: 132)
-    monkeypatch.setattr(_compile, "compute_capability", lambda dev: 90)
-    monkeypatch.setattr(_compile, "max_active_clusters", lambda kern, c, block, smem: 120 // c)
-    monkeypatch.setattr(norm, "_resident_blocks", lambda *a: 1)
+    declared, asked = _plans_on_sm90(monkeypatch)
     dt = np.dtype(np.float32) if itemsize == 4 else _dtypes.bfloat16
     vec, lo = 16 // itemsize, norm.FWD_CLUSTER_MIN_VECS
-    for limit in (4, 2, 0):
+    for limit in (8, 4, 2, 0):  # (8: capped at the declared sizes, 4)
         monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_STAGED", limit)
         for body in (lo - 1, lo, 2 * lo, 2 * lo + 1):
             geo = norm._fwd_cluster_geometry(itemsize, body * vec, 90)
@@ -427,7 +425,7 @@ def test_forward_cluster_plans_staged(monkeypatch, itemsize):
                         monkeypatch.setattr(norm, "_FWD_CFG", {})
                         plan = norm._fwd_config(kind, dt, np.dtype(wdt), body * vec, res, 0)
                         staged = (kind == norm.LAYER and not res and np.dtype(wdt) == dt and geo is not None
-                                  and geo[0] <= limit)
+                                  and geo[0] <= min(limit, 4))
                         assert asked[-1].endswith(", false, 0, true>") == staged, (limit, body, kind, res, wdt)
                         if staged:
                             assert asked[-1] in declared and plan.cluster == geo[0]
@@ -739,6 +737,15 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
                      np.r_[0:48, np.sort(rng.choice(np.arange(48, rows - 48), 160, replace=False)), rows - 48:rows])
             for variant in (0, 1, 2, 3, 4) if held else (0, 1, 2, 3):
                 _run_forward(cp, rng, kind, dt, rows, body * vec, variant, check_rows=check)
+    if cluster == "staged" and kind == "layer":  # weight only and bias only (variant 2 gives both)
+        x = rnd(rng.standard_normal((7, 2048 * vec)) * 3 + 5, dt)
+        wb = rnd(rng.standard_normal(2048 * vec), dt)
+        for w, b in ((wb, None), (None, wb)):
+            y = norm.layer_norm(_dev(cp, x), 2048 * vec, None if w is None else _dev(cp, w),
+                                None if b is None else _dev(cp, b)).get()
+            ref, _, rstd = ref_forward("layer", x.astype(np.float64), w, b, 1e-5)
+            base = rnd(f32_forward("layer", x, w, b, 1e-5), dt)
+            check_close("y", y, ref, base, dt, 2048 * vec, scale=y_scale(x, rstd, w))
     if cluster:
         assert norm._fwd_config(norm.LAYER if kind == "layer" else norm.RMS, np.dtype(dt), np.dtype(dt),
                                 4096 * vec, False, cp.cuda.Device().id).cluster == 4

@@ -7,36 +7,20 @@ At 6099e3e's per-element test (bf16, head_dim 64, Br = 64): the masked branch of
 instructions (243 ISETP, 178 LOP3, 64 PLOP3, 64 FSEL, 49 P2R) against 297 for the softmax itself; with the
 per-row bounds (wip/fwd-mask) 129 (64 ISETP with an immediate, 64 FSEL) without a left window bound, 194 with one."""
 import collections
-import glob
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 
-sys.path.insert(0, ".")
-from cupy_backends.cuda.libs import nvrtc  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _sass import sass  # noqa: E402
 
-from cuflash import _compile, _dtypes, _attention_sm90 as S  # noqa: E402
+from cuflash import _dtypes, _attention_sm90 as S  # noqa: E402
 
-tool = shutil.which("nvdisasm") or next(iter(glob.glob(os.path.join(
-    os.path.dirname(nvrtc.__file__), "..", "..", "..", "nvidia", "cu13", "bin", "nvdisasm"))), None)
-code = (_compile.SRC_DIR / S.SOURCE).read_text()
 for d in (64, 128):
     for (br, bc, pv) in S.TILES[("tma", d)]:
-        name = S.kernel_name(_dtypes.bfloat16, d, "tma", br, bc, pv)
-        prog = nvrtc.createProgram(code, S.SOURCE, [], [])
-        nvrtc.addNameExpression(prog, name)
-        nvrtc.compileProgram(prog, list(_compile.options(S.PIN_OPTIONS)) + ["-ftz=true"])
-        cubin = nvrtc.getCUBIN(prog)
-        nvrtc.destroyProgram(prog)
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(cubin + b"\0")  # getCUBIN drops the trailing byte of the ELF image
-            f.flush()
-            sass = subprocess.run([tool, "-c", f.name], capture_output=True, text=True).stdout
+        listing = sass(S.SOURCE, S.kernel_name(_dtypes.bfloat16, d, "tma", br, bc, pv), S.PIN_OPTIONS)
         ops = collections.Counter()
-        for line in sass.splitlines():
+        for line in listing.splitlines():
             m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
             if m:
                 ops[m.group(1)] += 1

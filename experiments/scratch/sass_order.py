@@ -3,31 +3,19 @@ HGMMA issues (G), warpgroup waits (W<n>: WARPGROUP.DEPBAR.LE gsb0, n), shuffles 
 compiled by this machine's NVRTC with and without -DCUFLASH_FWD_PIN=1 (scratch; needs nvdisasm on the PATH or in
 the nvidia cu13 wheel). The softmax overlaps the P V wgmma when its EX2s sit between 'W1' and 'W0'.
     python experiments/scratch/sass_order.py [VARIANT ...]   (default: tma)"""
-import glob, os, shutil, subprocess, sys, tempfile
-sys.path.insert(0, ".")
-from cupy_backends.cuda.libs import nvrtc
-from cuflash import _compile, _dtypes, _attention_sm90 as S
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _sass import TOOL, nvrtc, sass
+from cuflash import _dtypes, _attention_sm90 as S
 
-tool = shutil.which("nvdisasm") or next(iter(glob.glob(os.path.join(os.path.dirname(nvrtc.__file__), "..", "..", "..",
-                                                                   "nvidia", "cu13", "bin", "nvdisasm"))), None)
-code = (_compile.SRC_DIR / S.SOURCE).read_text()
-print("nvrtc", nvrtc.getVersion(), "nvdisasm", tool)
+print("nvrtc", nvrtc.getVersion(), "nvdisasm", TOOL)
 VARS = sys.argv[1:] or ["tma"]  # variants to show (e.g. tma tmap)
 for var, d in ((v, d) for v in VARS for d in (64, 128)):
     for (br, bc, pv) in S.TILES[(var, d)]:
         name = S.kernel_name(_dtypes.bfloat16, d, var, br, bc, pv)
         for label, extra in (("base", S.ARCH_OPTIONS), ("pin", S.PIN_OPTIONS)):
-            prog = nvrtc.createProgram(code, S.SOURCE, [], [])
-            nvrtc.addNameExpression(prog, name)
-            nvrtc.compileProgram(prog, list(_compile.options(extra)) + ["-ftz=true"])
-            cubin = nvrtc.getCUBIN(prog)
-            nvrtc.destroyProgram(prog)
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(cubin + b"\0")  # getCUBIN drops the trailing byte of the ELF image
-                f.flush()
-                sass = subprocess.run([tool, "-c", f.name], capture_output=True, text=True).stdout
             ev = []
-            for line in sass.splitlines():
+            for line in sass(S.SOURCE, name, extra).splitlines():
                 if "WARPGROUP.DEPBAR" in line:
                     ev.append("W" + line.split("gsb0,")[1].strip(" ;")[-1])
                 elif "HGMMA" in line and "gsb0" in line:
