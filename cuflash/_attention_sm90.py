@@ -25,9 +25,9 @@ entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thr
 is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
 and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also
 instantiates Br = 192, Bc = 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile; by
-``block_sizes=(192, 64)``, and the default from ``LONG_SEQLEN_K`` keys when nothing is masked). Masking, tails, GQA, lse and the
-bottom-right causal/window convention are those of
-:mod:`cuflash.attention`; head_dim 64 and 128 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
+``block_sizes=(192, 64)``, and the default from ``LONG_SEQLEN_K`` keys when nothing is masked). Masking, tails,
+GQA, lse and the bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128
+natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
 in ``cuda_src/cuflash/tma.cuh``.
 
