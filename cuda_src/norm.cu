@@ -420,11 +420,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // spills; at 4 it took 56-64 and ran at 0.75-0.85 of copy without weights where RMSNorm, 40 registers and 6
 // blocks, ran at 0.97-0.98); the others 4 (at 5, CL = 8, the held forms and float16 with float32 weights and a
 // residual spill).
-// STAGEW (plain LayerNorm, not held, W of T's size): each thread copies its weight and bias vectors into its own
-// shared-memory slots by cp.async right after issuing its row's loads (no registers while in flight) and reads them
-// back for the output, instead of loading them from L2 after the statistics: their latency hides behind the row's
-// loads and reduction, not after them. 2 x 16 bytes x 4 x G of shared memory (32 KiB at G = 256).
-template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false, int PF = 0, bool STAGEW = false>
+template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false, int PF = 0>
 __global__ void __cluster_dims__(CL, 1, 1)
     __launch_bounds__(256, PF ? PF : (KIND == LAYER && !RES && !HOLD && CL <= 4 ? 5 : 4))
     norm_fwd_cluster(
@@ -433,9 +429,7 @@ __global__ void __cluster_dims__(CL, 1, 1)
     const i64 rows, const int hidden, const float eps) {  // !HOLD: rows == gridDim.x / CL
   static_assert(CL == 2 || CL == 4 || CL == 8, "portable cluster sizes");
   static_assert(!PF || (HOLD && !RES), "the next row is prefetched on the held path, without residual");
-  static_assert(!STAGEW || (!HOLD && sizeof(W) == sizeof(T)), "staged weights: not held, 16-byte weight vectors");
   constexpr int VEC = Vec16<T>::N, VPT = 4, NB = HOLD ? 2 : 1;
-  constexpr bool SMEMW = HOLD || STAGEW;  // weights read back from shared memory
   typedef Vec<T, VEC> V;
   typedef Vec<W, VEC> P;
   __shared__ float2 xch[NB][CL];
@@ -451,7 +445,7 @@ __global__ void __cluster_dims__(CL, 1, 1)
   }
   cluster_arrive_relaxed();  // waited for below, before the first st.async: the loads go out meanwhile
 
-  extern __shared__ __align__(16) unsigned char dsmem[];  // HOLD, STAGEW: [w | b][k][thread] weight vectors
+  extern __shared__ __align__(16) unsigned char dsmem[];  // HOLD: [w | b][k][thread] weight vectors
   P* const wsm = reinterpret_cast<P*>(dsmem);
   P* const bsm = wsm + VPT * G;
   if (HOLD) {
@@ -484,15 +478,6 @@ __global__ void __cluster_dims__(CL, 1, 1)
   auto do_row = [&](const i64 row, const int it) {
     const i64 off = row * (i64)hidden;
     if (!PF) load_row(reg, row);  // PF: loaded during the previous row (the first before the loop)
-    if (STAGEW) {  // this thread's weight and bias vectors into its own slots, behind the row's loads
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        if (t + k * G < body) {
-          if (w) cp_async_16(smem_u32(wsm + k * G + threadIdx.x), w + (t + k * G) * VEC, true);
-          if (b) cp_async_16(smem_u32(bsm + k * G + threadIdx.x), b + (t + k * G) * VEC, true);
-        }
-      cp_async_commit();
-    }
     if (PF && row + step < rows) load_row(nxt, row + step);
     if (RES) {
       V rv[VPT];
@@ -587,15 +572,14 @@ __global__ void __cluster_dims__(CL, 1, 1)
       if (rstd_out) rstd_out[row] = rstd;
     }
 
-    // ---- y = (h - mu) * rstd * w + b; weights from shared memory (HOLD, STAGEW) or read per use (L1/L2)
-    if (STAGEW) cp_async_wait<0>();  // this thread's own copies (each reads only the slots it filled)
+    // ---- y = (h - mu) * rstd * w + b; weights from shared memory (HOLD) or read per use (L1/L2)
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = t + k * G;
       if (v < body) {
         float wv[VEC], bv[VEC];
-        if (w) unpack<W, VEC>(SMEMW ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
-        if (b) unpack<W, VEC>(SMEMW ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
+        if (w) unpack<W, VEC>(HOLD ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
+        if (b) unpack<W, VEC>(HOLD ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
         V o;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {

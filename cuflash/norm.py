@@ -74,11 +74,9 @@ FWD_CLUSTER_LAYER_NO_AFFINE = 4  # LayerNorm without residual, weight or bias ta
                                  # its other paths (logs/ln_affine_probe_occ*_96865ef.json): bf16 16K 0.90 vs
                                  # 0.88 of copy, 32K 0.84 vs 0.80, float32 8K 0.98 vs 0.97, 16K 0.98 vs 0.86; with
                                  # weight and bias it trails there (bf16 16K 0.74 vs 0.85), as it does at 8 blocks
-                                 # (bf16 64K 0.75 vs 0.82)
-FWD_CLUSTER_LAYER_STAGED = 0  # > 0: LayerNorm without residual, with weight and/or bias of x's dtype, takes the
-                              # cluster path where the row needs at most this many blocks, its weights staged in
-                              # shared memory by cp.async behind the row's loads (norm_fwd_cluster's STAGEW). Study
-                              # setting, wip/ln-stagew: not yet run on a GPU
+                                 # (bf16 64K 0.75 vs 0.82). Staging those weights in shared memory by cp.async
+                                 # behind the row's loads did not close it (bf16 16K 0.74, 32K 0.62 vs 0.71;
+                                 # experiments/results/ln_stagew_probe*.json, 266b6e8): removed
 FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least this many bytes (32K: the cluster
                                            # geometry's longest), which take it in the held form (FWD_CLUSTER_HOLD's):
                                            # 0.72 -> 0.84 of copy. It did not gain on float32 8K / 16K (0.87 against
@@ -187,12 +185,10 @@ def _stream_name(dt, wdt, kind, res=False, warp=False):
             f"{b(warp)}>")
 
 
-def _fwd_cluster_name(dt, wdt, kind, res, c, hold=False, prefetch=0, staged=False):
-    """prefetch: 0, or the prefetching held kernel's launch-bounds blocks per SM; staged: the weights staged in
-    shared memory by cp.async (STAGEW; plain LayerNorm, not held)."""
+def _fwd_cluster_name(dt, wdt, kind, res, c, hold=False, prefetch=0):
+    """prefetch: 0, or the prefetching held kernel's launch-bounds blocks per SM."""
     assert hold or not prefetch, "the prefetching kernel is the held one"
-    assert not (staged and (hold or res or kind != LAYER)), "staged weights: plain LayerNorm, not held"
-    tail = f", true, {prefetch}" if prefetch else ", true" if hold else ", false, 0, true" if staged else ""
+    tail = f", true, {prefetch}" if prefetch else ", true" if hold else ""
     return (f"cuflash::norm_fwd_cluster<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, "
             f"{'true' if res else 'false'}, {c}{tail}>")
 
@@ -245,9 +241,6 @@ def _declare():
                                 for wdt in _wtypes(dt) for kind in (LAYER, RMS) for c in (2, 4, 8)
                                 if release == (kind == LAYER and dt.itemsize == 4)],
                          extra_options=_SM90_OPTIONS, release=release)
-    # the study setting FWD_CLUSTER_LAYER_STAGED: plain LayerNorm with its weights staged by cp.async
-    _compile.declare(_SRC, [_fwd_cluster_name(dt, dt, LAYER, False, c, staged=True) for dt in _TYPES for c in (2, 4)],
-                     extra_options=_SM90_OPTIONS, release=False)
     # the study setting FWD_CLUSTER_PREFETCH: the held form with the next row prefetched
     _compile.declare(_SRC, [_fwd_cluster_name(dt, wdt, kind, False, c, True, n) for dt in _TYPES
                             for wdt in _wtypes(dt) for kind in (LAYER, RMS) for c in (2, 4, 8)
@@ -410,23 +403,18 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
            FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES,
-           FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE, FWD_CLUSTER_LAYER_STAGED)
+           FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
         plain_held = _plain_layer_held(kind, dt, hidden, res)
         bare = geo is not None and not affine and not res and geo[0] <= FWD_CLUSTER_LAYER_NO_AFFINE
-        hold = (FWD_CLUSTER_HOLD or plain_held) and not res
-        staged = (geo is not None and kind == LAYER and affine and not res and not hold
-                  and wdt.itemsize == dt.itemsize and geo[0] <= min(FWD_CLUSTER_LAYER_STAGED, 4))  # declared: 2, 4
-        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held or bare or staged):
+        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held or bare):
             c, G = geo
+            hold = (FWD_CLUSTER_HOLD or plain_held) and not res
             pf = 0 if not (hold and FWD_CLUSTER_PREFETCH) else FWD_CLUSTER_PREFETCH if kind == LAYER else 4
-            kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold, pf, staged),
-                                       _SM90_OPTIONS)
+            kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold, pf), _SM90_OPTIONS)
             cap = smem = 0  # one row per cluster; held: as many clusters as the device holds at once,
-            if staged:  # each thread's weight and bias vectors, 16 bytes each, in shared memory
-                smem = 2 * 4 * G * 16
             if hold:  # each thread's weight and bias vectors in shared memory
                 smem = 4 * G * 16 * wdt.itemsize // dt.itemsize * (2 if kind == LAYER else 1)
                 cap = c * (_compile.max_active_clusters(kern, c, G, smem) or _compile.sm_count(dev) // (2 * c))

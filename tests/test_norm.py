@@ -407,31 +407,6 @@ def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
     assert norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=False).cluster == 4
 
 
-@pytest.mark.parametrize("itemsize", [4, 2])
-def test_forward_cluster_plans_staged(monkeypatch, itemsize):
-    """FWD_CLUSTER_LAYER_STAGED (study setting): LayerNorm without residual, with a weight or bias of x's dtype,
-    takes the cluster kernel with staged weights (STAGEW, 32 KiB of shared memory at G = 256) where the row needs
-    at most that many blocks; weights of another dtype, a residual, RMSNorm or 0 keep their plans. Plans only."""
-    declared, asked = _plans_on_sm90(monkeypatch)
-    dt = np.dtype(np.float32) if itemsize == 4 else _dtypes.bfloat16
-    vec, lo = 16 // itemsize, norm.FWD_CLUSTER_MIN_VECS
-    for limit in (8, 4, 2, 0):  # (8: capped at the declared sizes, 4)
-        monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_STAGED", limit)
-        for body in (lo - 1, lo, 2 * lo, 2 * lo + 1):
-            geo = norm._fwd_cluster_geometry(itemsize, body * vec, 90)
-            for kind in (norm.LAYER, norm.RMS):
-                for res in (False, True):
-                    for wdt in norm._wtypes(dt):
-                        monkeypatch.setattr(norm, "_FWD_CFG", {})
-                        plan = norm._fwd_config(kind, dt, np.dtype(wdt), body * vec, res, 0)
-                        staged = (kind == norm.LAYER and not res and np.dtype(wdt) == dt and geo is not None
-                                  and geo[0] <= min(limit, 4))
-                        assert asked[-1].endswith(", false, 0, true>") == staged, (limit, body, kind, res, wdt)
-                        if staged:
-                            assert asked[-1] in declared and plan.cluster == geo[0]
-                            assert plan.smem == 2 * 4 * plan.G * 16 and plan.cap == 0
-
-
 def test_forward_cluster_hold_plans(monkeypatch):
     """FWD_CLUSTER_HOLD (study setting): rows without residual take the persistent cluster kernel, with shared
     memory for each thread's weight (and LayerNorm's bias) vectors and a grid cap of whole clusters; rows with a
@@ -703,8 +678,8 @@ def test_handed_cases(cp, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("cluster", [True, "hold", 2, "staged", False],  # (prefetch 3: launch bounds only)
-                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch2", "cluster-staged", "no-cluster"])
+@pytest.mark.parametrize("cluster", [True, "hold", 2, False],  # (prefetch 3 differs from 2 in launch bounds only)
+                         ids=["cluster", "cluster-hold", "cluster-hold-prefetch2", "no-cluster"])
 def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     """The cluster forward (norm_fwd_cluster, compute capability 9.0; ``cluster-hold``: its persistent form with
     the weights held, FWD_CLUSTER_HOLD, also over more rows than clusters; ``cluster-hold-prefetchN``: that form
@@ -712,15 +687,12 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     vectors (4 blocks of 256 threads), 4097 (8 blocks of 160 threads, the last owning nothing), 8192 (8 of 256),
     8193 (not taken); and with the threshold lowered, 1100 vectors (2 blocks of 160, the second partly empty) and
     2048 (2 of 256); 1, 7 and 301 rows. ``no-cluster``: the same rows on the other forward paths (streamed,
-    shared-memory chunks), which the cluster path now hides at these lengths. ``cluster-staged``:
-    FWD_CLUSTER_LAYER_STAGED, LayerNorm's weights of x's dtype staged by cp.async (variant 2) over 2 and 4 blocks,
-    the other variants and lengths on their default paths."""
+    shared-memory chunks), which the cluster path now hides at these lengths."""
     if cluster and int(cp.cuda.Device().compute_capability) < 90:
         pytest.skip("thread-block clusters need compute capability 9.0")
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
-    monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", cluster != "staged")  # LayerNorm without residual too
-    monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_STAGED", 4 if cluster == "staged" else 0)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)  # the kernel's LayerNorm without residual too
     held = cluster == "hold" or cluster in (2, 3)
     monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", held)
     monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", cluster if held and cluster != "hold" else 0)
@@ -737,15 +709,6 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
                      np.r_[0:48, np.sort(rng.choice(np.arange(48, rows - 48), 160, replace=False)), rows - 48:rows])
             for variant in (0, 1, 2, 3, 4) if held else (0, 1, 2, 3):
                 _run_forward(cp, rng, kind, dt, rows, body * vec, variant, check_rows=check)
-    if cluster == "staged" and kind == "layer":  # weight only and bias only (variant 2 gives both)
-        x = rnd(rng.standard_normal((7, 2048 * vec)) * 3 + 5, dt)
-        wb = rnd(rng.standard_normal(2048 * vec), dt)
-        for w, b in ((wb, None), (None, wb)):
-            y = norm.layer_norm(_dev(cp, x), 2048 * vec, None if w is None else _dev(cp, w),
-                                None if b is None else _dev(cp, b)).get()
-            ref, _, rstd = ref_forward("layer", x.astype(np.float64), w, b, 1e-5)
-            base = rnd(f32_forward("layer", x, w, b, 1e-5), dt)
-            check_close("y", y, ref, base, dt, 2048 * vec, scale=y_scale(x, rstd, w))
     if cluster:
         assert norm._fwd_config(norm.LAYER if kind == "layer" else norm.RMS, np.dtype(dt), np.dtype(dt),
                                 4096 * vec, False, cp.cuda.Device().id).cluster == 4

@@ -11,7 +11,8 @@
 #    cluster plans and edges), recorded in experiments/results/h200_next17_tests.json;
 # 2. same-run A/B of the forward: main's tree (abm/) against this one, attention_bench.py twice each, interleaved
 #    (cuDNN and FLASH in every run): experiments/results/fwd_vs_tree_{tree,here}_<round>.json;
-# 3. ln_affine_probe.py on the default paths and with FWD_CLUSTER_LAYER_STAGED=4 (A/B).
+# 3. ln_affine_probe.py on the default paths and with FWD_CLUSTER_LAYER_STAGED=4 (A/B; STAGEW lost and was
+#    removed after this run at 266b6e8, so step 3 now fails on --set).
 # Then the full suite (experiments/gpu_run.sh) before landing.
 . experiments/scratch/_call_env.sh
 t0=$(date +%s); el() { echo "--- $1: $(( $(date +%s) - t0 )) s"; }
