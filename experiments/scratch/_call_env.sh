@@ -14,3 +14,27 @@ sys.argv = ['attention_bwd_bench.py', '--dtypes', 'bfloat16', '--seqlens'] + '${
 runpy.run_path('experiments/attention_bwd_bench.py', run_name='__main__')" 2>&1 | grep -v "cfg/s" | tail -14
   pack
 }
+# fwd_vs_tree [ROUNDS]: same-run A/B of the forward, main's tree (abm/, experiments/scratch/ab_tree.sh) against this
+# one, attention_bench.py ROUNDS times each (default 2), interleaved, cuDNN and FLASH in every run; prints here/tree
+# (best of the rounds) and here x cuDNN: experiments/results/fwd_vs_tree_{tree,here}_<round>.json.
+fwd_vs_tree() {
+  for r in $(seq "${1:-2}"); do
+    (cd abm && PYTHONPATH=. CUFLASH_COMMIT=$(cat COMMIT) timeout 80 python experiments/attention_bench.py --rep 20 \
+       --name fwd_vs_tree_tree_$r 2>&1 | tail -1)
+    timeout 80 python experiments/attention_bench.py --rep 20 --name fwd_vs_tree_here_$r 2>&1 | tail -1
+    cp abm/experiments/results/fwd_vs_tree_tree_* experiments/results/ 2>/dev/null
+    pack
+  done
+  python - <<'PY'
+import glob, json
+def rows(p):
+    return {(r["dtype"], r["head_dim"], r["seqlen"], r["causal"]): r for r in json.load(open(p))["rows"]}
+t = [rows(p) for p in sorted(glob.glob("experiments/results/fwd_vs_tree_tree_*.json"))]
+h = [rows(p) for p in sorted(glob.glob("experiments/results/fwd_vs_tree_here_*.json"))]
+print("dtype head_dim seqlen causal | wgmma TFLOP/s tree / here (best of rounds) | here/tree | here x cuDNN")
+for k in t[0]:
+    a = max(x[k]["wgmma_tflops"] for x in t); b = max(x[k]["wgmma_tflops"] for x in h)
+    c = max(x[k]["torch_cudnn_tflops"] for x in h + t)
+    print(*k, f"| {a:.0f} / {b:.0f} | {b / a:.3f} | {b / c:.3f}")
+PY
+}
