@@ -115,6 +115,9 @@ def main(argv):
                 print(entry[:2], what, flush=True)
             if i % 50 == 0:
                 print(f"{i}/{len(entries)}", flush=True)
+    if match is None and not failed:  # every declared kernel of these sources: experiments/gpu_run.sh checks this
+        with open(os.path.join(outdir, "SOURCE_HASHES"), "a") as f:
+            f.write(_compile.source_hash() + "\n")
     print(f"{len(entries)} declared kernels, {failed} failed; {len(os.listdir(outdir))} files in {outdir}")
     return 1 if failed else 0
 
