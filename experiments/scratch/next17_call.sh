@@ -20,25 +20,7 @@ CUFLASH_GPU_RECORD=experiments/results/h200_next17_tests.json timeout 240 python
   -p no:cacheprovider -o addopts="-ra --benchmark-disable" tests/test_attention_sm90.py tests/test_norm.py \
   -k "tails_and_masks or every_configuration or gqa or cluster or default_tile_for_long" 2>&1 | tail -3
 pack; el tests
-for r in 1 2; do
-  (cd abm && PYTHONPATH=. CUFLASH_COMMIT=$(cat COMMIT) timeout 80 python experiments/attention_bench.py --rep 20 \
-     --name fwd_vs_tree_tree_$r 2>&1 | tail -1)
-  timeout 80 python experiments/attention_bench.py --rep 20 --name fwd_vs_tree_here_$r 2>&1 | tail -1
-  cp abm/experiments/results/fwd_vs_tree_tree_* experiments/results/ 2>/dev/null
-  pack
-done
-python - <<'PY'
-import glob, json
-def rows(p):
-    return {(r["dtype"], r["head_dim"], r["seqlen"], r["causal"]): r for r in json.load(open(p))["rows"]}
-t = [rows(p) for p in sorted(glob.glob("experiments/results/fwd_vs_tree_tree_*.json"))]
-h = [rows(p) for p in sorted(glob.glob("experiments/results/fwd_vs_tree_here_*.json"))]
-print("dtype head_dim seqlen causal | wgmma TFLOP/s tree / here (best of rounds) | here/tree | here x cuDNN")
-for k in t[0]:
-    a = max(x[k]["wgmma_tflops"] for x in t); b = max(x[k]["wgmma_tflops"] for x in h)
-    c = max(x[k]["torch_cudnn_tflops"] for x in h + t)
-    print(*k, f"| {a:.0f} / {b:.0f} | {b / a:.3f} | {b / c:.3f}")
-PY
+fwd_vs_tree 2  # (_call_env.sh)
 el ab
 for s in "" "FWD_CLUSTER_LAYER_STAGED=4"; do
   timeout 60 python experiments/scratch/ln_affine_probe.py --hidden 8192 16384 32768 65536 \
