@@ -7,7 +7,7 @@
 . experiments/scratch/_call_env.sh
 t0=$(date +%s); el() { echo "--- $1: $(( $(date +%s) - t0 )) s"; }
 timeout 200 python experiments/scratch/fwd_variant_ab.py --a tma --b tma --b-blocks 192 64 --head-dims 64 \
-  --seqlens 1024 2048 4096 8192 16384 --rep 20 --dtype bfloat16 --name fwd_br192_ab_b49b37b 2>&1 | tail -13
+  --seqlens 1024 2048 4096 8192 16384 --rep 20 --dtype bfloat16 --name fwd_br192_ab_${CUFLASH_COMMIT:-here} 2>&1 | tail -13
 pack; el ab
 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 python -c "
 import numpy as np, cupy as cp, cuflash
