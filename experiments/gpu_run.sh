@@ -24,7 +24,7 @@ ls .kc/kc.tgz.* >/dev/null 2>&1 && cat .kc/kc.tgz.* | tar xzf - -C "$CUPY_CACHE_
 # SOURCE_HASHES in the cache: the cuda_src/ hashes whose every declared kernel it holds (kcache_offline.py, and this
 # script after a run). A cache built for other sources misses on every kernel (the hash is in their options).
 src_hash=$(python3 -c "from cuflash import _compile; print(_compile.source_hash())" 2>/dev/null)
-grep -qx "$src_hash" "$CUPY_CACHE_DIR/SOURCE_HASHES" 2>/dev/null \
+[ -z "$src_hash" ] || grep -qx "$src_hash" "$CUPY_CACHE_DIR/SOURCE_HASHES" 2>/dev/null \
   || echo "WARNING: no carried kernel cache for cuda_src/ $src_hash: the warm-up compiles every kernel (~150 s at -n 15)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader || true
 python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__)"
@@ -42,7 +42,11 @@ CUFLASH_GPU_RECORD=experiments/results/${tag}_tests.json timeout -s INT -k 30 ${
   --durations=30 "${per_item[@]}" --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log" \
   | grep -v "^tests/.* PASSED" | tail -n 80
 echo "tests took $(( $(date +%s) - start )) s"
-grep -qx "$src_hash" "$CUPY_CACHE_DIR/SOURCE_HASHES" 2>/dev/null || echo "$src_hash" >> "$CUPY_CACHE_DIR/SOURCE_HASHES"
+# (recorded only once the suite's warm-up, which compiles every declared kernel, has finished)
+if [ -n "$src_hash" ] && grep -Eq "^kernel cache warm-up: [0-9]+ kernels" "$OUT/pytest.log" 2>/dev/null \
+   && ! grep -q "^kernel cache warm-up: a compile process failed" "$OUT/pytest.log"; then
+  grep -qx "$src_hash" "$CUPY_CACHE_DIR/SOURCE_HASHES" 2>/dev/null || echo "$src_hash" >> "$CUPY_CACHE_DIR/SOURCE_HASHES"
+fi
 (cd "$CUPY_CACHE_DIR" && tar czf - . | split -b 15m - "$OUT/kc.tgz.")  # for the next call (see above)
 IFS=';' read -ra cmds <<< "${BENCH:-}"
 pack() { tar czf "$OUT/results.tgz" experiments/results experiments/REPORT.md plots 2>/dev/null; }
