@@ -532,12 +532,18 @@ __device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsi
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Wait until at most `pending` (0..3; a constant after unrolling) of this thread's committed groups are in flight.
+// Wait until at most `pending` (0..7; a constant after unrolling) of this thread's committed groups are in flight.
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  if (pending <= 0) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  else if (pending == 1) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else if (pending == 2) asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-  else asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+  }
 }
 
 // Thread 0 asks L2 for the whole 16-byte slots [a, b) of a segment based at xb (16-byte aligned): one bulk
@@ -549,29 +555,58 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
                  "r"((unsigned)(b - a) * 16u), "l"(pol) : "memory");
 }
 
-// softmax_cluster<T, THREADS, C>: C blocks (a cluster) per row, rows cluster-stride. seg: slots per block segment
-// (the host picks ceil(row slots / C)); hold: slots of a segment held in shared memory (the dynamic shared memory
-// is hold x 16 bytes; the lse/state ops pass 0 and stream). Float accumulators (16- and 32-bit inputs).
+// The held slots of one row's segment into shared memory `held` (hold slots at most), in P commit groups of
+// consecutive k (group p covers slots [p·kq·THREADS, (p+1)·kq·THREADS)): thread t copies slots
+// j = t + k·THREADS with cp.async; the scalar head and tail slots of an unaligned row are loaded element by
+// element (−inf padded) and stored by the thread. Every thread commits exactly P groups, copies or not.
+template <typename T, int THREADS, int P>
+__device__ __forceinline__ void copy_held(Slot<T>* held, const T* xb, const ChunkRange& c, int hold,
+                                          unsigned long long pol) {
+  constexpr int VEC = Slot<T>::VEC;
+  const int nh = min(c.nslots, hold);
+  const int kmax = (nh + THREADS - 1) / THREADS, kq = (kmax + P - 1) / P;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int k1 = min((p + 1) * kq, kmax);
+    for (int k = p * kq; k < k1; ++k) {
+      const int j = threadIdx.x + k * THREADS, e = j * VEC;
+      if (j >= nh) break;
+      if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, pol);
+      else {
+        const Slot<T> r = load_slot<T>(xb, e, c.lo, c.hi);
+        reinterpret_cast<uint4*>(held)[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+      }
+    }
+    cp_async_commit_group();
+  }
+}
+
+// softmax_cluster<T, THREADS, C, STAGES>: C blocks (a cluster; C = 1: one block, no cluster exchange) per row,
+// rows cluster-stride (the host launches as many clusters as fit at once, or one per row). seg: slots per block
+// segment (the host picks ceil(row slots / C)); hold: slots of a segment held in shared memory per stage (the
+// dynamic shared memory is STAGES x hold x 16 bytes; the lse/state ops pass 0 and stream). STAGES = 2: the
+// copies of a block's next row are issued before the current row is reduced, so HBM stays busy through the
+// reduction, the cluster barrier and the output phase. Float accumulators (16- and 32-bit inputs).
 //
 // The schedule of one row, in block r (rank r of the cluster), thread t:
-//   1. copy: thread t issues cp.async for its held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4
-//      commit groups of consecutive k (group p covers slots [p·kq·THREADS, (p+1)·kq·THREADS)); the scalar head
-//      and tail slots of an unaligned row are loaded element by element (−inf padded) and stored by the thread;
+//   1. copy (copy_held, P = 4 groups): STAGES = 1: this row's held slots; STAGES = 2: the next row's, into the
+//      other stage (this row's were issued one row earlier). Each thread reads back only the slots it copied
+//      itself (cp.async.wait_group makes them visible to it), so no block barrier guards a stage;
 //   2. stream: the segment's slots past `hold` (only for rows longer than C·hold slots) are read with 16-byte
 //      loads (evict-last: they are read again in step 5), PF slots behind a bulk L2 prefetch that thread 0
 //      keeps ahead of them, and folded into the thread's state while the copies fly;
-//   3. reduce: wait for group p, fold its slots into the state, p = 0..3 (the later groups keep arriving);
-//      then the block's state (block_allreduce, fixed order);
-//   4. exchange: thread q < C stores the block state into slot r of block q's `xch[parity]`; one cluster
-//      barrier; every thread merges xch[parity][0..C) in rank order: the same state, bit for bit, in every
-//      block of the cluster. xch is double-buffered by row parity: a peer writes the slots of row i + 2 only
-//      after the barrier of row i + 1, which this block reaches after it has read those of row i.
+//   3. reduce: wait for group p of this row, fold its slots into the state, p = 0..3 (the later groups keep
+//      arriving); then the block's state (block_allreduce, fixed order);
+//   4. exchange (C > 1): thread q < C stores the block state into slot r of block q's `xch[parity]`; one
+//      cluster barrier; every thread merges xch[parity][0..C) in rank order: the same state, bit for bit, in
+//      every block of the cluster. xch is double-buffered by row parity: a peer writes the slots of row i + 2
+//      only after the barrier of row i + 1, which this block reaches after it has read those of row i.
 //   5. output: the streamed slots first (re-read from L2, evict-first, prefetched again in case L2 lost them),
 //      then the held slots from shared memory;
 //      16-byte streaming stores (scalar at the head and tail). lse/state: rank 0 writes the row's result.
 // Before its first remote store a block waits for the arrive every block makes at its start (peers' shared
 // memory exists only once they run); after the last row's barrier no block touches a peer, so blocks may exit.
-template <typename T, int THREADS, int C>
+template <typename T, int THREADS, int C, int STAGES>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)  // 64 registers (4 blocks of 256)
 softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op,
                 float* __restrict__ out_m, float* __restrict__ out_l, i64 seg, int hold) {
@@ -583,40 +618,47 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   constexpr int US = 4;  // streamed slots in flight per thread (from L2, prefetched)
   constexpr int STEP = THREADS * US, PF = 8 * STEP;  // slots per streaming step; prefetch distance (128 KiB)
   static_assert(sizeof(T) <= 4, "float accumulators: 16- and 32-bit inputs");
-  static_assert(C == 2 || C == 4 || C == 8, "portable cluster sizes");
-  extern __shared__ uint4 held_raw[];  // hold slots of the segment
-  Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw);
+  static_assert(C == 1 || C == 2 || C == 4 || C == 8, "one block or a portable cluster size");
+  static_assert(STAGES == 1 || STAGES == 2, "one stage, or the next row copied during this one");
+  extern __shared__ uint4 held_raw[];  // STAGES x hold slots
   __shared__ St red[32];
   __shared__ St xch[2][C];
 
-  const unsigned rank = cluster_rank();
+  const unsigned rank = C > 1 ? cluster_rank() : 0;
   const i64 nclusters = gridDim.x / C;
   const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
-  cluster_arrive();  // "this block runs": waited for before the first store into a peer
+  if constexpr (C > 1) cluster_arrive();  // "this block runs": waited for before the first store into a peer
   bool waited = false;
   int parity = 0;
-  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1) {
+  i64 row = blockIdx.x / C;
+  if (STAGES == 2 && row < rows) {  // the first row's copies
+    const T* xr = x + row * ldx;
+    const ChunkRange c = chunk_range<VEC>(head_of(xr), n, (i64)rank * seg, seg);
+    copy_held<T, THREADS, P>(reinterpret_cast<Slot<T>*>(held_raw), xr + c.first, c, hold, drop);
+  }
+  for (; row < rows; row += nclusters, parity ^= 1) {
     const T* xr = x + row * ldx;
     const ChunkRange c = chunk_range<VEC>(head_of(xr), n, (i64)rank * seg, seg);
     const T* xb = xr + c.first;
-    const int nh = min(c.nslots, hold);           // held slots of this segment
+    Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw) + (STAGES == 2 ? parity * hold : 0);
+    const int nh = min(c.nslots, hold);             // held slots of this segment
     const int kmax = (nh + THREADS - 1) / THREADS;  // held slots per thread (at most)
     const int kq = (kmax + P - 1) / P;              // ... per commit group
 
-    // 1. copy the held slots (asynchronously, P groups)
+    // 1. copy this row's held slots (STAGES = 1) or the next row's (STAGES = 2; P empty groups after the last)
+    if constexpr (STAGES == 1) {
+      copy_held<T, THREADS, P>(held, xb, c, hold, drop);
+    } else {
+      const i64 next = row + nclusters;
+      if (next < rows) {
+        const T* xn = x + next * ldx;
+        const ChunkRange cn = chunk_range<VEC>(head_of(xn), n, (i64)rank * seg, seg);
+        copy_held<T, THREADS, P>(reinterpret_cast<Slot<T>*>(held_raw) + (parity ^ 1) * hold, xn + cn.first, cn,
+                                 hold, drop);
+      } else {
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int k1 = min((p + 1) * kq, kmax);
-      for (int k = p * kq; k < k1; ++k) {
-        const int j = threadIdx.x + k * THREADS, e = j * VEC;
-        if (j >= nh) break;
-        if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, drop);
-        else {  // head or tail slot: element loads, -inf padded
-          const Slot<T> r = load_slot<T>(xb, e, c.lo, c.hi);
-          held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
-        }
+        for (int p = 0; p < P; ++p) cp_async_commit_group();
       }
-      cp_async_commit_group();
     }
 
     // 2. stream the slots past the held part (rows longer than the cluster's shared memory), PF slots of
@@ -635,10 +677,11 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       accumulate<T, US>(s, buf, MODE_ONLINE, (A)0);
     }
 
-    // 3. fold the held slots in as their groups land, then the block's state
+    // 3. fold the held slots in as their groups land (the next row's P groups may stay in flight), then the
+    //    block's state
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      cp_async_wait_pending(P - 1 - p);
+      cp_async_wait_pending((STAGES == 2 ? P : 0) + P - 1 - p);
       const int k1 = min((p + 1) * kq, kmax);
       for (int k = p * kq; k < k1; k += UH) {
         Slot<T> buf[UH];
@@ -651,22 +694,24 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       }
     }
     s = block_allreduce(s, MergeOp(), red);
-
-    // 4. exchange the C block states through distributed shared memory; merge them in rank order
-    if (!waited) {
-      cluster_wait();  // every block of the cluster has started
-      waited = true;
-    }
-    // lane 0's state to every peer: merge is not bitwise symmetric (a.l * ra + b.l * rb contracts to an fma
-    // around one of the products), so the lanes of a warp may hold states 1 ulp apart, and thread q's own copy
-    // sent to block q would leave the blocks of a row with different statistics
+    // lane 0's state everywhere: merge is not bitwise symmetric (a.l * ra + b.l * rb contracts to an fma around
+    // one of the products), so the lanes of a warp may hold states 1 ulp apart; every warp's lane 0 folded the
+    // same values in the same order
     s.m = __shfl_sync(0xffffffffu, s.m, 0);
     s.l = __shfl_sync(0xffffffffu, s.l, 0);
-    if (threadIdx.x < C) *cluster_map(&xch[parity][rank], threadIdx.x) = s;
-    cluster_sync();
-    s = xch[parity][0];
+
+    // 4. exchange the C block states through distributed shared memory; merge them in rank order
+    if constexpr (C > 1) {
+      if (!waited) {
+        cluster_wait();  // every block of the cluster has started
+        waited = true;
+      }
+      if (threadIdx.x < C) *cluster_map(&xch[parity][rank], threadIdx.x) = s;
+      cluster_sync();
+      s = xch[parity][0];
 #pragma unroll
-    for (int q = 1; q < C; ++q) s = merge(s, xch[parity][q]);
+      for (int q = 1; q < C; ++q) s = merge(s, xch[parity][q]);
+    }
 
     if (op >= OP_LSE) {
       if (rank == 0 && threadIdx.x == 0) write_row_result(op, row, s, y, out_m, out_l);
@@ -699,7 +744,8 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       }
     }
   }
-  if (!waited) cluster_wait();  // a cluster without a row: pair the start arrive
+  if (C > 1 && !waited) cluster_wait();  // a cluster without a row: pair the start arrive
+  if constexpr (STAGES == 2) cp_async_wait_pending(0);  // no copy outlives the block
 }
 
 #endif  // __CUDA_ARCH__ >= 900
