@@ -70,14 +70,11 @@ STREAM_THREADS, STREAM_UNROLL = (128, 512), 4  # streaming kernels: 4 slots in f
 CLUSTER_ROW_BYTES = (128 << 10, 512 << 10)  # rows of this many bytes take it (softmax/log_softmax); None: never.
 # On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
 # it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
-CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: one block, no exchange; the portable sizes)
+CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
 CLUSTER_THREADS = 256
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
 CLUSTER_HOLD_BYTES = 200 << 10          # ... a segment holds at most this in shared memory; the rest streams
-CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride) ...
-CLUSTER_PERSISTENT = True               # ... or as many as fit on the GPU at once (cuOccupancyMaxActiveClusters)
-CLUSTER_STAGES = 2                      # 2: a block copies its next row into shared memory during this one
-CLUSTER_STAGE_OPTIONS = (1, 2)
+CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
 
 _SUPPORTED = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64)
@@ -105,8 +102,8 @@ def _stream_names(ct, threads):
             f"cuflash::softmax_finalize<{ct}>")
 
 
-def _cluster_name(ct, c, stages=None):
-    return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}, {stages or CLUSTER_STAGES}>"
+def _cluster_name(ct, c):
+    return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}>"
 
 
 def _declare():
@@ -123,8 +120,8 @@ def _declare():
         _compile.declare(SOURCE, list(dict.fromkeys(names)))
     _compile.declare(SOURCE, ["cuflash::softmax_merge_states<float>", "cuflash::softmax_merge_states<double>"])
     # sm_90+ only (the kernel is compiled out below sm_90): the compile check builds them for sm_90 alone
-    _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c, st) for dt in _SUPPORTED if dt != _dtypes.float64
-                              for c in CLUSTER_SIZES for st in CLUSTER_STAGE_OPTIONS], extra_options=CLUSTER_ARCH_OPTIONS)
+    _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c) for dt in _SUPPORTED if dt != _dtypes.float64
+                              for c in CLUSTER_SIZES], extra_options=CLUSTER_ARCH_OPTIONS)
 
 
 _declare()
@@ -208,10 +205,8 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
     ``split="registers"`` (the register-held split of version 1, with ``max_chunk_slots``; ``residency(threads)``
     bounds its K by the blocks that fit on the GPU, None: 2 per SM),
     ``path="cluster"`` (forces the cluster split, any row length; needs cc >= 90) with ``cluster`` (C, blocks per
-    row; default: chosen as below), ``clusters`` (clusters launched; rows beyond them go cluster-stride; default:
-    as many as fit at once, ``persistent=False``: one per row), ``stages`` (1: a block copies a row only when it
-    starts it; 2: the next row during this one), ``hold_bytes`` (shared memory per block and stage for the row;
-    the rest streams), ``cluster=0`` (never the cluster path). The cluster options act only on that path.
+    row; default: chosen as below), ``clusters`` (clusters launched; rows beyond them go cluster-stride) and
+    ``hold_bytes`` (shared memory per block for the row; the rest streams), ``cluster=0`` (never the cluster path).
     """
     p = partition or {}
     vec = 16 // np.dtype(dtype).itemsize
@@ -298,15 +293,14 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     return Plan("cluster", CLUSTER_THREADS, CLUSTER_THREADS, c, seg)
 
 
-def _cluster_hold(pl, op, partition, dev, kernel, stages):
-    """Slots of a segment held in shared memory per stage: the segment up to ``CLUSTER_HOLD_BYTES / stages``
-    (``hold_bytes``, per stage), within the device's opt-in limit less the kernel's static shared memory;
-    lse/state stream (0) unless told."""
+def _cluster_hold(pl, op, partition, dev, kernel):
+    """Slots of a segment held in shared memory: the segment up to ``CLUSTER_HOLD_BYTES`` (``hold_bytes``), within
+    the device's opt-in limit less the kernel's static shared memory; lse/state stream (0) unless told."""
     p = partition or {}
     if op >= OP_LSE and "hold_bytes" not in p:
         return 0
-    cap = min(int(p.get("hold_bytes", CLUSTER_HOLD_BYTES // stages)),
-              (_compile.max_shared_optin(dev) - int(kernel.shared_size_bytes)) // stages)
+    cap = min(int(p.get("hold_bytes", CLUSTER_HOLD_BYTES)),
+              _compile.max_shared_optin(dev) - int(kernel.shared_size_bytes))
     return max(0, min(pl.slots_per_chunk, cap // 16))
 
 
@@ -386,18 +380,11 @@ def _make_prep(x, axis, op, method, partition, dev):
     pr.chunks = pl.chunks
     pr.smem = 0
     if pl.path == "cluster":
-        p = partition or {}
-        stages = p.get("stages", CLUSTER_STAGES)
-        if stages not in CLUSTER_STAGE_OPTIONS:
-            raise ValueError(f"cluster stages must be one of {CLUSTER_STAGE_OPTIONS}, got {stages!r}")
-        k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks, stages), CLUSTER_ARCH_OPTIONS)
+        k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks), CLUSTER_ARCH_OPTIONS)
         pr.kernels = (k,)
-        hold = _cluster_hold(pl, op, partition, dev, k, stages)
-        pr.smem = stages * hold * 16
-        clusters = p.get("clusters")
-        if not clusters and p.get("persistent", CLUSTER_PERSISTENT):  # as many clusters as fit at once
-            clusters = _compile.max_active_clusters(k, pl.chunks, pl.threads, pr.smem)
-        clusters = min(rows, int(clusters or CLUSTER_MAX_CLUSTERS))
+        hold = _cluster_hold(pl, op, partition, dev, k)
+        pr.smem = hold * 16
+        clusters = min(rows, int((partition or {}).get("clusters") or CLUSTER_MAX_CLUSTERS))
         pr.grid = (clusters * pl.chunks,)
         pr.block = (pl.threads,)
         pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), _i64(pl.slots_per_chunk), np.int32(hold))

@@ -311,6 +311,30 @@ def test_forced_paths_agree(path, part, dtype, rng):
 
 
 @gpu
+@pytest.mark.parametrize("path,part", FORCED + [("safe", "safe")])
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_fast_exponent_threshold(path, part, dtype, rng):
+    """16-bit inputs take exp2(x·log2e − m·log2e) (one FFMA) when the row max |m| <= FAST_EXP_MAX_M (1024) and
+    exp(x − m) beyond: rows whose max sits on either side of it, on both signs, against float64 scipy (the
+    rounding of m·log2e must stay within the output's tolerance); float32 always takes exp(x − m)."""
+    n = 250 if path == "warp" else 3001
+    offsets = [-3072.0, -1032.0, -1024.0, -1016.0, -300.0, 0.0, 300.0, 1016.0, 1024.0, 1032.0, 8192.0]
+    x64 = rng.standard_normal((len(offsets), n)) * 6
+    x64 -= x64.max(axis=1, keepdims=True)  # every row's max is exactly its offset (after the cast below)
+    x64 += np.array(offsets)[:, None]
+    x64 = x64.astype(dtype).astype(np.float64)
+    assert (x64.max(axis=1) == offsets).all()
+    xd = _to_device(x64, dtype)
+    method, part = ("safe", None) if part == "safe" else ("online", part)
+    for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
+        y = sm._softmax_impl(xd, -1, op, method, part)
+        _check(y.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f.__name__)
+    lse = sm._reduce_impl(xd, (1,), sm.OP_LSE, method, part)
+    f = scipy.special.logsumexp
+    _check(lse.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, "lse")
+
+
+@gpu
 @pytest.mark.parametrize("method", ["safe", "naive"])
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_methods(method, dtype, rng):
@@ -601,8 +625,8 @@ def test_cluster_kernels_declared_for_sm90_only():
     from cuflash import _compile
 
     decl = {(n, e) for s, n, e, _ in _compile.declared() if s == sm.SOURCE and "softmax_cluster" in n}
-    want = {(sm._cluster_name(_dtypes.CTYPE[dt], c, st), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
-            for c in sm.CLUSTER_SIZES for st in sm.CLUSTER_STAGE_OPTIONS}
+    want = {(sm._cluster_name(_dtypes.CTYPE[dt], c), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
+            for c in sm.CLUSTER_SIZES}
     assert decl == want  # declared once each, with the sm_90 option (test_compile builds them for sm_90 only)
 
 
@@ -673,12 +697,11 @@ def _cluster_lengths(dtype, c):
 
 
 @gpu
-@pytest.mark.parametrize("stages", sm.CLUSTER_STAGE_OPTIONS)
 @pytest.mark.parametrize("c", sm.CLUSTER_SIZES)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_every_size_boundaries_and_tails(dtype, c, stages, rng, cp):
+def test_cluster_every_size_boundaries_and_tails(dtype, c, rng, cp):
     _needs_cluster()
-    part = {"path": "cluster", "cluster": c, "stages": stages}
+    part = {"path": "cluster", "cluster": c}
     for n in _cluster_lengths(dtype, c):
         x64 = rng.standard_normal((3, n)) * 8  # odd n: rows 1 and 2 start inside a 16-byte slot
         _cluster_compare(x64, dtype, part, cp)
@@ -688,10 +711,9 @@ def test_cluster_every_size_boundaries_and_tails(dtype, c, stages, rng, cp):
 
 
 @gpu
-@pytest.mark.parametrize("stages", sm.CLUSTER_STAGE_OPTIONS)
 @pytest.mark.parametrize("c", sm.CLUSTER_SIZES)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_rows_longer_than_shared_memory(dtype, c, stages, rng, cp):
+def test_cluster_rows_longer_than_shared_memory(dtype, c, rng, cp):
     """The segment's part past the held slots streams (and is re-read): a small hold, no hold, and rows longer
     than C x CLUSTER_HOLD_BYTES with the default hold."""
     _needs_cluster()
@@ -699,25 +721,20 @@ def test_cluster_rows_longer_than_shared_memory(dtype, c, stages, rng, cp):
     for hold in (16 * 300, 16 * 1000 + 16, 0):
         for n in (c * vec * 300 + 1, c * vec * 1000 + 7, 12345, 200003):
             _cluster_compare(rng.standard_normal((2, n)) * 8, dtype,
-                             {"path": "cluster", "cluster": c, "hold_bytes": hold, "stages": stages}, cp)
-    n = c * sm.CLUSTER_HOLD_BYTES // stages // np.dtype(dtype).itemsize * 3 // 2 + 3  # 1.5x what the cluster holds
-    x64 = rng.standard_normal((5, n)) * 8
+                             {"path": "cluster", "cluster": c, "hold_bytes": hold}, cp)
+    n = c * sm.CLUSTER_HOLD_BYTES // np.dtype(dtype).itemsize * 3 // 2 + 3  # 1.5x what the cluster holds
+    x64 = rng.standard_normal((2, n)) * 8
     x64[1, -5:] = 40.0  # the row's max in the streamed part of the last segment
-    _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "stages": stages, "clusters": 2}, cp)
+    _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c}, cp)
 
 
 @gpu
-@pytest.mark.parametrize("stages", sm.CLUSTER_STAGE_OPTIONS)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_fewer_and_more_rows_than_clusters(dtype, stages, rng, cp):
-    """Rows cluster-stride: fewer rows than clusters, more (the next row copied during this one), one cluster for
-    every row, as many clusters as fit (persistent, the default) and one per row."""
+def test_cluster_fewer_and_more_rows_than_clusters(dtype, rng, cp):
     _needs_cluster()
     for c in sm.CLUSTER_SIZES:
-        for rows, clusters in ((1, None), (2, 5), (7, 3), (9, 1), (64, 4), (700, None), (300, 0)):
-            part = {"path": "cluster", "cluster": c, "stages": stages}
-            if clusters == 0:
-                part["persistent"] = False
+        for rows, clusters in ((1, None), (2, 5), (7, 3), (9, 1), (64, 4)):
+            part = {"path": "cluster", "cluster": c}
             if clusters:
                 part["clusters"] = clusters
             x64 = rng.standard_normal((rows, 5003)) * 6
@@ -749,17 +766,14 @@ def _edge_rows(n, dtype):
 
 
 @gpu
-@pytest.mark.parametrize("stages", sm.CLUSTER_STAGE_OPTIONS)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_edge_values_match_scipy(dtype, stages, cp):
+def test_cluster_edge_values_match_scipy(dtype, cp):
     _needs_cluster()
     for c in sm.CLUSTER_SIZES:
         for n in (64, 3001, 40001):
             x64 = _edge_rows(n, dtype)
-            for clusters in (None, 1, 5):  # one cluster takes every row in turn: the stages alternate
-                _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "stages": stages, "clusters": clusters}, cp)
-            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "hold_bytes": 16 * 256, "stages": stages,
-                                          "clusters": 3}, cp)
+            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c}, cp)
+            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "hold_bytes": 16 * 256}, cp)
     (m, l), _ = _cluster_run(_to_device([[np.inf, 0.0] * 50, [-np.inf] * 100], np.float32), sm.OP_STATE,
                              {"path": "cluster", "cluster": 4}, cp)
     assert m.get().tolist() == [np.inf, -np.inf] and l.get().tolist() == [50.0, 0.0]  # +inf counts 1; empty stays

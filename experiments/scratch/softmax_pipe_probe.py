@@ -1,13 +1,13 @@
-"""Probe for #3 (softmax long rows): the cluster kernel with its next row copied during the current one
-(stages=2) and persistent clusters, against the kernel as it was (stages=1, one cluster per row) and the planner
-without the cluster path (block / split), at 256 MiB, bf16 and float32, with a same-run copy.
+"""Probe for #3 (softmax long rows): the planner's choice, the planner without the cluster path (block / split) and
+the cluster path forced at each C, at 256 MiB, bf16 and float32, with a same-run copy (run from a second tree too,
+for a same-run A/B: cd abm && PYTHONPATH=. python ../experiments/scratch/softmax_pipe_probe.py --name ...).
     python experiments/scratch/softmax_pipe_probe.py [--cols 8192,...] [--dtypes bfloat16,float32]
 Prints GB/s (read + write) and the fraction of the copy per variant; writes experiments/results/<name>.json."""
 import argparse
 import importlib
 import sys
 
-sys.path.insert(0, "experiments")
+sys.path.insert(0, "experiments")  # (the tree it runs in)
 from softmax_sweep import copy_bandwidth  # noqa: E402
 
 from cuflash import _dtypes, bench, reference  # noqa: E402
@@ -36,9 +36,7 @@ for dname in a.dtypes.split(","):
         for c in map(int, a.sizes.split(",")):
             if cols * dt.itemsize > c * (1 << 20):
                 continue
-            variants[f"C{c}-old"] = {"path": "cluster", "cluster": c, "stages": 1, "persistent": False}
-            variants[f"C{c}-s1p"] = {"path": "cluster", "cluster": c, "stages": 1}
-            variants[f"C{c}-s2p"] = {"path": "cluster", "cluster": c, "stages": 2}
+            variants[f"C{c}"] = {"path": "cluster", "cluster": c}
         line = [f"{dname:8s} {rows:6d}x{cols:<8d}"]
         for name, part in variants.items():
             try:
