@@ -32,9 +32,10 @@
 //              in shared memory). Block r of the cluster takes the
 //              r-th contiguous segment of the row: it copies the segment once into shared memory (cp.async,
 //              16-byte slots, evict-first: it is never read from L2 again), reduces it to a state, and the C
-//              block states are exchanged through distributed shared memory: every block stores its state into
-//              a slot of every peer, one cluster barrier (release/acquire) later each block merges the C slots in
-//              rank order (the same bits in every block), and writes its segment's output from shared memory.
+//              block states are exchanged through distributed shared memory: every block sends its state into
+//              a slot of every peer (st.async, completing on the peer's mbarrier), each block merges the C slots
+//              in rank order once they are in (the same bits in every block), and writes its segment's output
+//              from shared memory.
 //              A segment longer than the shared memory (rows longer than C x ~200 KB) streams its remainder
 //              from global memory in the reduction and re-reads it (from L2, it was read moments earlier) in the
 //              output phase. Clusters take rows cluster-stride when there are more rows than clusters.
@@ -46,6 +47,7 @@
 #include "cuflash/reduce.cuh"
 #include "cuflash/online_softmax.cuh"
 #include "cuflash/cluster.cuh"
+#include "cuflash/async_copy.cuh"
 
 namespace cuflash {
 
@@ -566,23 +568,22 @@ __global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typ
 // distributed shared memory do not exist before Hopper (the host declares these names for sm_90 only).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 
-// The cluster primitives (cluster_rank, cluster_sync, cluster_map, ...): cuflash/cluster.cuh.
+// The cluster primitives (cluster_rank, cluster_send_f2, mbar_wait_cluster, ...): cuflash/cluster.cuh.
 
-// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy), and its groups.
-// The copies a thread issues become visible to that thread after cp.async.wait_group: each thread of the cluster
-// kernel reads back only the slots it copied itself, so no block barrier guards the segment.
+// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy); its groups
+// are cuflash/async_copy.cuh's. The copies a thread issues become visible to that thread after
+// cp.async.wait_group: each thread of the cluster kernel reads back only the slots it copied itself, so no block
+// barrier guards the segment.
 __device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "l"(pol)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "l"(pol) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Wait until at most `pending` (0..3; a constant after unrolling) of this thread's committed groups are in flight.
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  if (pending <= 0) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  else if (pending == 1) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else if (pending == 2) asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-  else asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+  if (pending <= 0) cp_async_wait<0>();
+  else if (pending == 1) cp_async_wait<1>();
+  else if (pending == 2) cp_async_wait<2>();
+  else cp_async_wait<3>();
 }
 
 // Thread 0 asks L2 for the whole 16-byte slots [a, b) of a segment based at xb (16-byte aligned): one bulk
@@ -607,15 +608,18 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
 //      keeps ahead of them, and folded into the thread's state while the copies fly;
 //   3. reduce: wait for group p, fold its slots into the state, p = 0..3 (the later groups keep arriving);
 //      then the block's state (block_allreduce, fixed order);
-//   4. exchange (C > 1): thread q < C stores the block state into slot r of block q's `xch[parity]`; one cluster
-//      barrier; every thread merges xch[parity][0..C) in rank order: the same state, bit for bit, in every
-//      block of the cluster. xch is double-buffered by row parity: a peer writes the slots of row i + 2 only
-//      after the barrier of row i + 1, which this block reaches after it has read those of row i.
+//   4. exchange (C > 1): warp 0 sends the block state to slot r of every block's `xch[parity]` (lane 0 its own
+//      slot and its arrival on the local mbarrier, lane q to block q by st.async, completing on block q's
+//      mbarrier); each block waits on its own mbarrier (no cluster-wide barrier per row) and merges
+//      xch[parity][0..C) in rank order: the same state, bit for bit, in every block of the cluster. xch and the
+//      mbarriers are double-buffered by row parity: a peer sends row i + 2's state only after it has received
+//      this block's state of row i + 1, which this block sends after it has read the slots of row i.
 //   5. output: the streamed slots first (re-read from L2, evict-first, prefetched again in case L2 lost them),
 //      then the held slots from shared memory;
 //      16-byte streaming stores (scalar at the head and tail). lse/state: rank 0 writes the row's result.
-// Before its first remote store a block waits for the arrive every block makes at its start (peers' shared
-// memory exists only once they run); after the last row's barrier no block touches a peer, so blocks may exit.
+// Before its first st.async a block waits for the arrive every block makes at its start, once its mbarriers are
+// initialised (peers' shared memory exists only once they run); once a block has the states of its last row
+// no peer writes to it again, so blocks may exit.
 template <typename T, int THREADS, int C>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)  // 64 registers (4 blocks of 256)
 softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op,
@@ -632,15 +636,24 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   extern __shared__ uint4 held_raw[];  // hold slots of the segment
   Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw);
   __shared__ St red[32];
-  __shared__ St xch[2][C];
+  __shared__ float2 xch[2][C];                        // the C block states (m, l) of a row, by row parity
+  __shared__ __align__(8) unsigned long long mbar[2];  // ... and the mbarriers their st.async complete on
 
   const unsigned rank = C > 1 ? cluster_rank() : 0;
   const i64 nclusters = gridDim.x / C;
   const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
-  if constexpr (C > 1) cluster_arrive();  // "this block runs": waited for before the first store into a peer
+  if constexpr (C > 1) {
+    if (threadIdx.x == 0) {
+      mbar_init(smem_u32(&mbar[0]), 1);
+      mbar_init(smem_u32(&mbar[1]), 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cluster_arrive_relaxed();  // "this block runs, its mbarriers are set": waited for before the first st.async
+  }
   bool waited = false;
   int parity = 0;
-  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1) {
+  i64 it = 0;  // rows this cluster has taken
+  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1, ++it) {
     const T* xr = x + row * ldx;
     const ChunkRange c = chunk_range<VEC>(head_of(xr), n, (i64)rank * seg, seg);
     const T* xb = xr + c.first;
@@ -661,7 +674,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
           held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
         }
       }
-      cp_async_commit_group();
+      cp_async_commit();
     }
 
     // 2. stream the slots past the held part (rows longer than the cluster's shared memory), PF slots of
@@ -709,11 +722,12 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
         cluster_wait();  // every block of the cluster has started
         waited = true;
       }
-      if (threadIdx.x < C) *cluster_map(&xch[parity][rank], threadIdx.x) = s;
-      cluster_sync();
-      s = xch[parity][0];
+      const unsigned mb = smem_u32(&mbar[parity]);
+      if (threadIdx.x < 32) cluster_send_f2<C>(make_float2(s.m, s.l), xch[parity], rank, mb);
+      mbar_wait_cluster(mb, (unsigned)(it >> 1) & 1u);
+      s = St{xch[parity][0].x, xch[parity][0].y};
 #pragma unroll
-      for (int q = 1; q < C; ++q) s = merge(s, xch[parity][q]);
+      for (int q = 1; q < C; ++q) s = merge(s, St{xch[parity][q].x, xch[parity][q].y});
     }
 
     if (op >= OP_LSE) {

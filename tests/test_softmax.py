@@ -562,8 +562,8 @@ CC_H200 = 90
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_cluster_plan(dtype, monkeypatch):
     vec = 16 // np.dtype(dtype).itemsize
-    long_n = sm.CLUSTER_ROW_BYTES[0] // np.dtype(dtype).itemsize
-    top_n = sm.CLUSTER_ROW_BYTES[1] // np.dtype(dtype).itemsize
+    lo, hi = sm.CLUSTER_ROW_BYTES[np.dtype(dtype).itemsize]
+    long_n, top_n = lo // np.dtype(dtype).itemsize, hi // np.dtype(dtype).itemsize
     # automatic: long rows, enough rows to cover the SMs, softmax/log_softmax, method online, cc >= 9.0 only
     p = sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200)
     assert p.path == "cluster" and p.chunks in sm.CLUSTER_SIZES and p.threads == sm.CLUSTER_THREADS
@@ -588,7 +588,7 @@ def test_cluster_plan(dtype, monkeypatch):
         p = sm.plan(dtype, rows, n, sms=SMS, cc=CC_H200)
         nbytes = n * np.dtype(dtype).itemsize
         want = next((c for c in sm.CLUSTER_SIZES if nbytes <= c * sm.CLUSTER_SEGMENT_BYTES and rows * c >= SMS), 8)
-        if sm.CLUSTER_ROW_BYTES[0] <= nbytes <= sm.CLUSTER_ROW_BYTES[1] and rows * want >= SMS:
+        if lo <= nbytes <= hi and rows * want >= SMS:
             assert (p.path, p.chunks) == ("cluster", want), (rows, n, p)
         else:
             assert p.path != "cluster", (rows, n, p)
@@ -799,7 +799,7 @@ def test_cluster_chosen_automatically(dtype, rng, cp):
     from cuflash import _compile
 
     sms = _compile.sm_count(cp.cuda.runtime.getDevice())
-    n = sm.CLUSTER_ROW_BYTES[0] // np.dtype(dtype).itemsize + 1
+    n = sm.CLUSTER_ROW_BYTES[np.dtype(dtype).itemsize][0] // np.dtype(dtype).itemsize + 1
     x64 = rng.standard_normal((-(-sms // 2), n)) * 4
     xd = _to_device(x64, dtype)
     for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
