@@ -75,7 +75,6 @@ CLUSTER_ROW_BYTES = {2: (64 << 10, 512 << 10),  # rows of this many bytes take i
 # (float32 64 KiB rows: 0.94 against 0.95; experiments/results/softmax_probe_here_*.json).
 CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
 CLUSTER_THREADS = 256
-CLUSTER_THREAD_OPTIONS = (256, 512, 1024)  # block sizes a forced cluster plan may ask for (study: threads=)
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
 CLUSTER_HOLD_BYTES = 200 << 10          # ... a segment holds at most this in shared memory; the rest streams
 CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
@@ -106,8 +105,8 @@ def _stream_names(ct, threads):
             f"cuflash::softmax_finalize<{ct}>")
 
 
-def _cluster_name(ct, c, threads=None):
-    return f"cuflash::softmax_cluster<{ct}, {threads or CLUSTER_THREADS}, {c}>"
+def _cluster_name(ct, c):
+    return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}>"
 
 
 def _declare():
@@ -124,8 +123,8 @@ def _declare():
         _compile.declare(SOURCE, list(dict.fromkeys(names)))
     _compile.declare(SOURCE, ["cuflash::softmax_merge_states<float>", "cuflash::softmax_merge_states<double>"])
     # sm_90+ only (the kernel is compiled out below sm_90): the compile check builds them for sm_90 alone
-    _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c, t) for dt in _SUPPORTED if dt != _dtypes.float64
-                              for c in CLUSTER_SIZES for t in CLUSTER_THREAD_OPTIONS], extra_options=CLUSTER_ARCH_OPTIONS)
+    _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c) for dt in _SUPPORTED if dt != _dtypes.float64
+                              for c in CLUSTER_SIZES], extra_options=CLUSTER_ARCH_OPTIONS)
 
 
 _declare()
@@ -299,10 +298,7 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
         if forced:
             raise ValueError(f"rows of {n} elements are too long for the cluster path (C = {c})")
         return None
-    t = p.get("threads", CLUSTER_THREADS) if forced else CLUSTER_THREADS
-    if t not in CLUSTER_THREAD_OPTIONS:
-        raise ValueError(f"cluster threads must be one of {CLUSTER_THREAD_OPTIONS}, got {t!r}")
-    return Plan("cluster", t, t, c, seg)
+    return Plan("cluster", CLUSTER_THREADS, CLUSTER_THREADS, c, seg)
 
 
 def _cluster_hold(pl, op, partition, dev, kernel):
@@ -392,7 +388,7 @@ def _make_prep(x, axis, op, method, partition, dev):
     pr.chunks = pl.chunks
     pr.smem = 0
     if pl.path == "cluster":
-        k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks, pl.threads), CLUSTER_ARCH_OPTIONS)
+        k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks), CLUSTER_ARCH_OPTIONS)
         pr.kernels = (k,)
         hold = _cluster_hold(pl, op, partition, dev, k)
         pr.smem = hold * 16

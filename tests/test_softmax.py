@@ -625,8 +625,8 @@ def test_cluster_kernels_declared_for_sm90_only():
     from cuflash import _compile
 
     decl = {(n, e) for s, n, e, _ in _compile.declared() if s == sm.SOURCE and "softmax_cluster" in n}
-    want = {(sm._cluster_name(_dtypes.CTYPE[dt], c, t), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
-            for c in sm.CLUSTER_SIZES for t in sm.CLUSTER_THREAD_OPTIONS}
+    want = {(sm._cluster_name(_dtypes.CTYPE[dt], c), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
+            for c in sm.CLUSTER_SIZES}
     assert decl == want  # declared once each, with the sm_90 option (test_compile builds them for sm_90 only)
 
 

@@ -18,7 +18,6 @@ ap.add_argument("--cols", default="8192,16384,32768,65536,131072,262144,524288,1
 ap.add_argument("--dtypes", default="bfloat16,float32")
 ap.add_argument("--sizes", default="1,2,4,8")
 ap.add_argument("--rep", type=int, default=20)
-ap.add_argument("--threads", default="", help="also these block sizes of the cluster kernel (study)")
 ap.add_argument("--name", default="softmax_pipe_probe")
 a = ap.parse_args()
 import cupy as cp  # noqa: E402
@@ -38,8 +37,6 @@ for dname in a.dtypes.split(","):
             if cols * dt.itemsize > c * (1 << 20):
                 continue
             variants[f"C{c}"] = {"path": "cluster", "cluster": c}
-            for t in map(int, a.threads.split(",")):
-                variants[f"C{c}t{t}"] = {"path": "cluster", "cluster": c, "threads": t}
         line = [f"{dname:8s} {rows:6d}x{cols:<8d}"]
         for name, part in variants.items():
             try:
