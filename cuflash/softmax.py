@@ -72,7 +72,7 @@ CLUSTER_ROW_BYTES = {2: (64 << 10, 512 << 10),  # rows of this many bytes take i
 # On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
 # it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
 # 16-bit rows of 64 KiB: C = 1 (a block per row, the row in shared memory) 0.93 against 0.90 on the block path
-# (float32 64 KiB rows: 0.94 against 0.95; experiments/results/softmax_probe_here_*.json).
+# (float32 64 KiB rows: 0.94 against 0.95; experiments/results/softmax_probe_58889f9_*.json).
 CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
 CLUSTER_THREADS = 256
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
