@@ -28,12 +28,14 @@
 //              reads 3n; the "naive" method sums exp(x) with no max (overflows by design).
 //   version 4, softmax_cluster ("online", long rows on sm_90+: one HBM read, no second read at all while a row
 //              fits on chip): a row is split over the C blocks of a thread-block cluster (C = 2, 4, 8, fixed at
-//              compile time by __cluster_dims__, so an ordinary launch works). Block r of the cluster takes the
+//              compile time by __cluster_dims__, so an ordinary launch works; C = 1: a block per row, the row
+//              in shared memory). Block r of the cluster takes the
 //              r-th contiguous segment of the row: it copies the segment once into shared memory (cp.async,
 //              16-byte slots, evict-first: it is never read from L2 again), reduces it to a state, and the C
-//              block states are exchanged through distributed shared memory: every block stores its state into
-//              a slot of every peer, one cluster barrier (release/acquire) later each block merges the C slots in
-//              rank order (the same bits in every block), and writes its segment's output from shared memory.
+//              block states are exchanged through distributed shared memory: every block sends its state into
+//              a slot of every peer (st.async, completing on the peer's mbarrier), each block merges the C slots
+//              in rank order once they are in (the same bits in every block), and writes its segment's output
+//              from shared memory.
 //              A segment longer than the shared memory (rows longer than C x ~200 KB) streams its remainder
 //              from global memory in the reduction and re-reads it (from L2, it was read moments earlier) in the
 //              output phase. Clusters take rows cluster-stride when there are more rows than clusters.
@@ -45,6 +47,7 @@
 #include "cuflash/reduce.cuh"
 #include "cuflash/online_softmax.cuh"
 #include "cuflash/cluster.cuh"
+#include "cuflash/async_copy.cuh"
 
 namespace cuflash {
 
@@ -224,6 +227,47 @@ __device__ __forceinline__ typename Acc<T>::type thread_max(const Slot<T> (&buf)
   }
 }
 
+// exp(x - m) for every element x of a row with max m, in one FFMA and one MUFU.EX2: exp2(x·log2e − m·log2e).
+// Used for 16-bit inputs when |m| <= FAST_EXP_MAX_M (then m is finite): the rounding of m·log2e (at most
+// |m|·log2e·2^-25 in the exponent) scales every exp of the row alike, <= 3.1e-5 relative at |m| = 1024 (a
+// sixteenth of a float16 ulp, far below bfloat16's), and within a softmax it cancels against the sum. Otherwise
+// (float32: its own ulp is smaller; huge or infinite m) exp(x − m) with x = m = +inf counting 1.
+// One instruction in three per element fewer: 16-bit rows are twice the elements per byte of float32 ones.
+#define FAST_EXP_MAX_M 1024.0f
+#define LOG2E_F 1.4426950408889634f
+__device__ __forceinline__ float ex2_approx(float a) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+template <typename T, typename A> __device__ __forceinline__ bool fast_exp(A m) {
+  if constexpr (sizeof(T) == 2) return fabsf(m) <= FAST_EXP_MAX_M;
+  else return false;
+}
+// Sum of exp(x - m) over the elements of N slots (m the max they were reduced with, not -inf).
+template <typename T, int N, typename A>
+__device__ __forceinline__ A sum_exp(const Slot<T> (&buf)[N], A m, int valid = N) {
+  A acc = 0;
+  if (fast_exp<T>(m)) {
+    const float mc = (float)m * LOG2E_F;
+#pragma unroll
+    for (int u = 0; u < N; ++u)
+      if (u < valid)
+#pragma unroll
+        for (int k = 0; k < Slot<T>::VEC; ++k) acc += ex2_approx(fmaf((float)buf[u].get(k), LOG2E_F, -mc));
+  } else {
+#pragma unroll
+    for (int u = 0; u < N; ++u)
+      if (u < valid)
+#pragma unroll
+        for (int k = 0; k < Slot<T>::VEC; ++k) {
+          const A x = buf[u].get(k);
+          acc += exp_fast(x == m ? (A)0 : x - m);  // x = m = +inf counts 1
+        }
+  }
+  return acc;
+}
+
 // Fold U slots (-inf padded) into a state: one max over all of them, one rescale of the running sum, then one
 // exp per element (none when the running max is -inf).
 template <typename T, int U, typename A>
@@ -240,33 +284,47 @@ __device__ __forceinline__ void accumulate(SoftmaxState<A>& s, const Slot<T> (&b
   if (mode == MODE_MAX) { s.m = nan_max(s.m, mv); return; }
   const A mn = mode == MODE_SUMEXP ? m_row : nan_max(s.m, mv);
   if (mn == -(A)INFINITY) return;  // everything so far is -inf: the state stays empty
-  A acc = 0;
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const A x = buf[u].get(k);
-      acc += exp_fast(x == mn ? (A)0 : x - mn);  // x = m = +inf counts 1
-    }
+  const A acc = sum_exp<T, U>(buf, mn);
   s.l = (mode == MODE_SUMEXP ? s.l : s.l * rescale(s.m, mn)) + acc;
   s.m = mn;
 }
 
-// The output of a slot from the row's final state.
-template <typename T, typename A>
-__device__ __forceinline__ Slot<T> output_slot(const Slot<T>& r, int op, A m, A c) {
-  Slot<T> o;
-#pragma unroll
-  for (int k = 0; k < Slot<T>::VEC; k += 2) {
-    const A x0 = r.get(k), x1 = r.get(k + 1);
-    if (op == OP_SOFTMAX) o.put2(k, softmax_of(x0, m, c), softmax_of(x1, m, c));
-    else o.put2(k, log_softmax_of(x0, m, c), log_softmax_of(x1, m, c));
+// What the output pass needs of the row's final state: m, and c = 1/l (softmax) or log(l) (log_softmax);
+// fast: softmax of 16-bit input with |m| <= FAST_EXP_MAX_M, whose outputs are exp2(x·log2e − e2) with
+// e2 = m·log2e + log2(l) (one FFMA and one MUFU.EX2 per element, the division folded into the exponent).
+template <typename A> struct OutConst {
+  int op;
+  A m, c;
+  bool fast;
+  float e2;
+};
+template <typename T, typename A> __device__ __forceinline__ OutConst<A> output_const(const SoftmaxState<A>& s, int op) {
+  OutConst<A> o{op, s.m, op == OP_SOFTMAX ? softmax_scale(s) : log_acc(s.l), false, 0.0f};
+  if (op == OP_SOFTMAX && fast_exp<T>(s.m)) {  // (then l >= 1: the max itself counts 1)
+    o.fast = true;
+    o.e2 = fmaf((float)s.m, LOG2E_F, __log2f((float)s.l));
   }
   return o;
 }
 
-template <typename A> __device__ __forceinline__ A output_const(const SoftmaxState<A>& s, int op) {
-  return op == OP_SOFTMAX ? softmax_scale(s) : log_acc(s.l);
+// The output of a slot from the row's final state.
+template <typename T, typename A>
+__device__ __forceinline__ Slot<T> output_slot(const Slot<T>& r, const OutConst<A>& oc) {
+  Slot<T> o;
+  if (oc.fast) {
+#pragma unroll
+    for (int k = 0; k < Slot<T>::VEC; k += 2)
+      o.put2(k, (A)ex2_approx(fmaf((float)r.get(k), LOG2E_F, -oc.e2)),
+             (A)ex2_approx(fmaf((float)r.get(k + 1), LOG2E_F, -oc.e2)));
+    return o;
+  }
+#pragma unroll
+  for (int k = 0; k < Slot<T>::VEC; k += 2) {
+    const A x0 = r.get(k), x1 = r.get(k + 1);
+    if (oc.op == OP_SOFTMAX) o.put2(k, softmax_of(x0, oc.m, oc.c), softmax_of(x1, oc.m, oc.c));
+    else o.put2(k, log_softmax_of(x0, oc.m, oc.c), log_softmax_of(x1, oc.m, oc.c));
+  }
+  return o;
 }
 
 // Merge the K partial states of a row (ws[0..K)) with every thread of the block; every block that merges the
@@ -331,19 +389,8 @@ softmax_cached(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64
   }
   // thread state: the max, then one exp per element (none for padding slots, none when all is -inf)
   const A m = thread_max(buf);
-  A l = 0;
-  if (m != -(A)INFINITY) {
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      if (t + i * G < c.nslots) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          const A xv = buf[i].get(k);
-          l += exp_fast(xv == m ? (A)0 : xv - m);  // x = m = +inf counts 1
-        }
-      }
-    }
-  }
+  // (slots past the row's end are skipped: i < valid; the row fills a prefix of the i's)
+  const A l = m != -(A)INFINITY ? sum_exp<T, NV>(buf, m, c.nslots > t ? (c.nslots - t + G - 1) / G : 0) : (A)0;
   St s{m, l};
   if (G <= 32) s = warp_allreduce<(G <= 32 ? G : 32)>(s, MergeOp());
   else s = block_allreduce(s, MergeOp(), smem);
@@ -366,12 +413,12 @@ softmax_cached(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64
     if (t == 0 && chunk == 0) write_row_result(op, row, s, y, out_m, out_l);
     return;
   }
-  const A oc = output_const(s, op);
+  const OutConst<A> oc = output_const<T>(s, op);
   T* yb = y + row * ldy + c.first;
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
     const int j = t + i * G;
-    if (j < c.nslots) store_slot<T>(yb, output_slot<T>(buf[i], op, s.m, oc), j * VEC, c.lo, c.hi);
+    if (j < c.nslots) store_slot<T>(yb, output_slot<T>(buf[i], oc), j * VEC, c.lo, c.hi);
   }
 }
 
@@ -419,7 +466,7 @@ softmax_normalise(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, 
   const T* xb = xr + c.first;
   T* yb = y + row * ldy + c.first;
   const SoftmaxState<A> s = merge_partials(ws + row * K, K, smem);
-  const A oc = output_const(s, op);
+  const OutConst<A> oc = output_const<T>(s, op);
   for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
     Slot<T> buf[U];
 #pragma unroll
@@ -428,7 +475,7 @@ softmax_normalise(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, 
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (base + u * THREADS < c.nslots)
-        store_slot<T>(yb, output_slot<T>(buf[u], op, s.m, oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+        store_slot<T>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
   }
 }
 
@@ -482,7 +529,7 @@ softmax_split(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 
     s = merge(s, St{__uint_as_float((unsigned)v), __uint_as_float((unsigned)(v >> 32))});
   }
   s = block_allreduce(s, MergeOp(), smem);
-  const A oc = output_const(s, op);
+  const OutConst<A> oc = output_const<T>(s, op);
   const T* xr = x + row * ldx;
   const ChunkRange c = chunk_range<VEC>(head_of(xr), n, chunk * S, S);
   const T* xb = xr + c.first;
@@ -497,7 +544,7 @@ softmax_split(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (base + u * THREADS < c.nslots)
-        store_slot<T, true>(yb, output_slot<T>(buf[u], op, s.m, oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+        store_slot<T, true>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
   }
 }
 
@@ -521,23 +568,22 @@ __global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typ
 // distributed shared memory do not exist before Hopper (the host declares these names for sm_90 only).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 
-// The cluster primitives (cluster_rank, cluster_sync, cluster_map, ...): cuflash/cluster.cuh.
+// The cluster primitives (cluster_rank, cluster_send_f2, mbar_wait_cluster, ...): cuflash/cluster.cuh.
 
-// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy), and its groups.
-// The copies a thread issues become visible to that thread after cp.async.wait_group: each thread of the cluster
-// kernel reads back only the slots it copied itself, so no block barrier guards the segment.
+// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy); its groups
+// are cuflash/async_copy.cuh's. The copies a thread issues become visible to that thread after
+// cp.async.wait_group: each thread of the cluster kernel reads back only the slots it copied itself, so no block
+// barrier guards the segment.
 __device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "l"(pol)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "l"(pol) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Wait until at most `pending` (0..3; a constant after unrolling) of this thread's committed groups are in flight.
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  if (pending <= 0) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  else if (pending == 1) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else if (pending == 2) asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-  else asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+  if (pending <= 0) cp_async_wait<0>();
+  else if (pending == 1) cp_async_wait<1>();
+  else if (pending == 2) cp_async_wait<2>();
+  else cp_async_wait<3>();
 }
 
 // Thread 0 asks L2 for the whole 16-byte slots [a, b) of a segment based at xb (16-byte aligned): one bulk
@@ -549,7 +595,7 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
                  "r"((unsigned)(b - a) * 16u), "l"(pol) : "memory");
 }
 
-// softmax_cluster<T, THREADS, C>: C blocks (a cluster) per row, rows cluster-stride. seg: slots per block segment
+// softmax_cluster<T, THREADS, C>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows cluster-stride. seg: slots per block segment
 // (the host picks ceil(row slots / C)); hold: slots of a segment held in shared memory (the dynamic shared memory
 // is hold x 16 bytes; the lse/state ops pass 0 and stream). Float accumulators (16- and 32-bit inputs).
 //
@@ -562,15 +608,18 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
 //      keeps ahead of them, and folded into the thread's state while the copies fly;
 //   3. reduce: wait for group p, fold its slots into the state, p = 0..3 (the later groups keep arriving);
 //      then the block's state (block_allreduce, fixed order);
-//   4. exchange: thread q < C stores the block state into slot r of block q's `xch[parity]`; one cluster
-//      barrier; every thread merges xch[parity][0..C) in rank order: the same state, bit for bit, in every
-//      block of the cluster. xch is double-buffered by row parity: a peer writes the slots of row i + 2 only
-//      after the barrier of row i + 1, which this block reaches after it has read those of row i.
+//   4. exchange (C > 1): warp 0 sends the block state to slot r of every block's `xch[parity]` (lane 0 its own
+//      slot and its arrival on the local mbarrier, lane q to block q by st.async, completing on block q's
+//      mbarrier); each block waits on its own mbarrier (no cluster-wide barrier per row) and merges
+//      xch[parity][0..C) in rank order: the same state, bit for bit, in every block of the cluster. xch and the
+//      mbarriers are double-buffered by row parity: a peer sends row i + 2's state only after it has received
+//      this block's state of row i + 1, which this block sends after it has read the slots of row i.
 //   5. output: the streamed slots first (re-read from L2, evict-first, prefetched again in case L2 lost them),
 //      then the held slots from shared memory;
 //      16-byte streaming stores (scalar at the head and tail). lse/state: rank 0 writes the row's result.
-// Before its first remote store a block waits for the arrive every block makes at its start (peers' shared
-// memory exists only once they run); after the last row's barrier no block touches a peer, so blocks may exit.
+// Before its first st.async a block waits for the arrive every block makes at its start, once its mbarriers are
+// initialised (peers' shared memory exists only once they run); once a block has the states of its last row
+// no peer writes to it again, so blocks may exit.
 template <typename T, int THREADS, int C>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)  // 64 registers (4 blocks of 256)
 softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op,
@@ -583,19 +632,28 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   constexpr int US = 4;  // streamed slots in flight per thread (from L2, prefetched)
   constexpr int STEP = THREADS * US, PF = 8 * STEP;  // slots per streaming step; prefetch distance (128 KiB)
   static_assert(sizeof(T) <= 4, "float accumulators: 16- and 32-bit inputs");
-  static_assert(C == 2 || C == 4 || C == 8, "portable cluster sizes");
+  static_assert(C == 1 || C == 2 || C == 4 || C == 8, "one block or a portable cluster size");
   extern __shared__ uint4 held_raw[];  // hold slots of the segment
   Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw);
   __shared__ St red[32];
-  __shared__ St xch[2][C];
+  __shared__ float2 xch[2][C];                        // the C block states (m, l) of a row, by row parity
+  __shared__ __align__(8) unsigned long long mbar[2];  // ... and the mbarriers their st.async complete on
 
-  const unsigned rank = cluster_rank();
+  const unsigned rank = C > 1 ? cluster_rank() : 0;
   const i64 nclusters = gridDim.x / C;
   const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
-  cluster_arrive();  // "this block runs": waited for before the first store into a peer
+  if constexpr (C > 1) {
+    if (threadIdx.x == 0) {
+      mbar_init(smem_u32(&mbar[0]), 1);
+      mbar_init(smem_u32(&mbar[1]), 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cluster_arrive_relaxed();  // "this block runs, its mbarriers are set": waited for before the first st.async
+  }
   bool waited = false;
   int parity = 0;
-  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1) {
+  i64 it = 0;  // rows this cluster has taken
+  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1, ++it) {
     const T* xr = x + row * ldx;
     const ChunkRange c = chunk_range<VEC>(head_of(xr), n, (i64)rank * seg, seg);
     const T* xb = xr + c.first;
@@ -616,7 +674,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
           held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
         }
       }
-      cp_async_commit_group();
+      cp_async_commit();
     }
 
     // 2. stream the slots past the held part (rows longer than the cluster's shared memory), PF slots of
@@ -651,29 +709,33 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       }
     }
     s = block_allreduce(s, MergeOp(), red);
-
-    // 4. exchange the C block states through distributed shared memory; merge them in rank order
-    if (!waited) {
-      cluster_wait();  // every block of the cluster has started
-      waited = true;
-    }
-    // lane 0's state to every peer: merge is not bitwise symmetric (a.l * ra + b.l * rb contracts to an fma
-    // around one of the products), so the lanes of a warp may hold states 1 ulp apart, and thread q's own copy
-    // sent to block q would leave the blocks of a row with different statistics
+    // lane 0's state everywhere: merge is not bitwise symmetric (a.l * ra + b.l * rb contracts to an fma around
+    // one of the products), so the lanes of a warp may hold states 1 ulp apart (every warp's lane 0 folded the
+    // same values in the same order), and thread q's own copy sent to block q would leave the blocks of a row
+    // with different statistics
     s.m = __shfl_sync(0xffffffffu, s.m, 0);
     s.l = __shfl_sync(0xffffffffu, s.l, 0);
-    if (threadIdx.x < C) *cluster_map(&xch[parity][rank], threadIdx.x) = s;
-    cluster_sync();
-    s = xch[parity][0];
+
+    // 4. exchange the C block states through distributed shared memory; merge them in rank order (C > 1)
+    if constexpr (C > 1) {
+      if (!waited) {
+        cluster_wait();  // every block of the cluster has started
+        waited = true;
+      }
+      const unsigned mb = smem_u32(&mbar[parity]);
+      if (threadIdx.x < 32) cluster_send_f2<C>(make_float2(s.m, s.l), xch[parity], rank, mb);
+      mbar_wait_cluster(mb, (unsigned)(it >> 1) & 1u);
+      s = St{xch[parity][0].x, xch[parity][0].y};
 #pragma unroll
-    for (int q = 1; q < C; ++q) s = merge(s, xch[parity][q]);
+      for (int q = 1; q < C; ++q) s = merge(s, St{xch[parity][q].x, xch[parity][q].y});
+    }
 
     if (op >= OP_LSE) {
       if (rank == 0 && threadIdx.x == 0) write_row_result(op, row, s, y, out_m, out_l);
       continue;
     }
     // 5. output: streamed slots (from L2), then held slots (from shared memory)
-    const A oc = output_const(s, op);
+    const OutConst<A> oc = output_const<T>(s, op);
     T* yb = y + row * ldy + c.first;
     for (int a = pf0; a < min(nh + PF, pf1); a += STEP) prefetch_slots_l2(xb, a, min(a + STEP, pf1), drop);
     for (int base0 = nh; base0 < c.nslots; base0 += STEP) {
@@ -687,19 +749,19 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
 #pragma unroll
       for (int u = 0; u < US; ++u)
         if (base + u * THREADS < c.nslots)
-          store_slot<T, true>(yb, output_slot<T>(buf[u], op, s.m, oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+          store_slot<T, true>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
     }
     for (int k = 0; k < kmax; k += UH) {
 #pragma unroll
       for (int u = 0; u < UH; ++u) {
         const int j = threadIdx.x + (k + u) * THREADS;
         if (k + u < kmax && j < nh)
-          store_slot<T, true>(yb, output_slot<T>(Slot<T>::load(reinterpret_cast<const T*>(&held[j])), op, s.m, oc),
+          store_slot<T, true>(yb, output_slot<T>(Slot<T>::load(reinterpret_cast<const T*>(&held[j])), oc),
                               j * VEC, c.lo, c.hi);
       }
     }
   }
-  if (!waited) cluster_wait();  // a cluster without a row: pair the start arrive
+  if (C > 1 && !waited) cluster_wait();  // a cluster without a row: pair the start arrive
 }
 
 #endif  // __CUDA_ARCH__ >= 900

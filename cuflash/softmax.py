@@ -21,10 +21,10 @@ path            when                                                        HBM 
                 held in registers while the row's blocks wait for each
                 other; K bounded by the blocks that fit on the GPU
 ``cluster``     cc >= 9.0, rows of ``CLUSTER_ROW_BYTES``, rows x C >= SMs   read n, write n (+ from L2
-                (not float64): a row over a thread-block cluster of C = 2,  the part of rows longer than
-                4 or 8 blocks, each holding its segment in shared memory;   C x 200 KiB)
-                the C states merge through distributed shared memory
-                (one launch)
+                (not float64): a row over a thread-block cluster of C = 1,  the part of rows longer than
+                2, 4 or 8 blocks, each holding its segment in shared        C x 200 KiB)
+                memory; the C states merge through distributed shared
+                memory (st.async + mbarrier; one launch)
 ``stream``      lse/state of long rows, float64 long rows, the ``safe`` and  read 2n, write n (lse: n)
                 ``naive`` methods: partial states, then a second launch
 ==============  ==========================================================  =============================
@@ -67,10 +67,13 @@ SPLIT_MIN_SLOTS = 256                   # chunks of rows split for parallelism a
 SPLIT_MAX_THREADS = 512                 # register split ("split_regs"): <= 512 threads x 8 slots = 64 KiB
 STREAM_THREADS, STREAM_UNROLL = (128, 512), 4  # streaming kernels: 4 slots in flight per thread per iteration
 # the cluster split (compute capability >= 9.0; softmax_cluster in cuda_src/softmax.cu)
-CLUSTER_ROW_BYTES = (128 << 10, 512 << 10)  # rows of this many bytes take it (softmax/log_softmax); None: never.
+CLUSTER_ROW_BYTES = {2: (64 << 10, 512 << 10),  # rows of this many bytes take it (softmax/log_softmax), by
+                     4: (128 << 10, 512 << 10)}  # itemsize; None: never.
 # On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
 # it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
-CLUSTER_SIZES = (2, 4, 8)               # blocks per cluster (the portable sizes; __cluster_dims__ per template)
+# 16-bit rows of 64 KiB: C = 1 (a block per row, the row in shared memory) 0.93 against 0.90 on the block path
+# (float32 64 KiB rows: 0.94 against 0.95; experiments/results/softmax_probe_58889f9_*.json).
+CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
 CLUSTER_THREADS = 256
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
 CLUSTER_HOLD_BYTES = 200 << 10          # ... a segment holds at most this in shared memory; the rest streams
@@ -252,6 +255,11 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
 _STUDY_KEYS = ("threads", "chunks", "chunk_slots", "lag", "split", "max_chunk_slots", "single_read")
 
 
+def _cluster_row_bytes(dtype):
+    """The row lengths in bytes the cluster path takes automatically for ``dtype`` ((lo, hi)), or None."""
+    return None if CLUSTER_ROW_BYTES is None else CLUSTER_ROW_BYTES.get(np.dtype(dtype).itemsize)
+
+
 def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     """The cluster path's Plan, or None for the other paths.
 
@@ -263,8 +271,8 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     forced = p.get("path") == "cluster"
     if p.get("path") not in (None, "cluster"):
         raise ValueError(f"partition path must be 'cluster' when given, got {p.get('path')!r}")
-    in_range = CLUSTER_ROW_BYTES is not None and \
-        CLUSTER_ROW_BYTES[0] <= n * np.dtype(dtype).itemsize <= CLUSTER_ROW_BYTES[1]
+    bounds = _cluster_row_bytes(dtype)
+    in_range = bounds is not None and bounds[0] <= n * np.dtype(dtype).itemsize <= bounds[1]
     if not forced and (p.get("cluster") == 0 or not in_range or reduce_only or any(k in p for k in _STUDY_KEYS)):
         return None
     if stream or np.dtype(dtype) == _dtypes.float64:

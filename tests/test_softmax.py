@@ -311,6 +311,30 @@ def test_forced_paths_agree(path, part, dtype, rng):
 
 
 @gpu
+@pytest.mark.parametrize("path,part", FORCED + [("safe", "safe")])
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_fast_exponent_threshold(path, part, dtype, rng):
+    """16-bit inputs take exp2(x·log2e − m·log2e) (one FFMA) when the row max |m| <= FAST_EXP_MAX_M (1024) and
+    exp(x − m) beyond: rows whose max sits on either side of it, on both signs, against float64 scipy (the
+    rounding of m·log2e must stay within the output's tolerance); float32 always takes exp(x − m)."""
+    n = 250 if path == "warp" else 3001
+    offsets = [-3072.0, -1032.0, -1024.0, -1016.0, -300.0, 0.0, 300.0, 1016.0, 1024.0, 1032.0, 8192.0]
+    x64 = rng.standard_normal((len(offsets), n)) * 6
+    x64 -= x64.max(axis=1, keepdims=True)  # every row's max is exactly its offset (after the cast below)
+    x64 += np.array(offsets)[:, None]
+    x64 = x64.astype(dtype).astype(np.float64)
+    assert (x64.max(axis=1) == offsets).all()
+    xd = _to_device(x64, dtype)
+    method, part = ("safe", None) if part == "safe" else ("online", part)
+    for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
+        y = sm._softmax_impl(xd, -1, op, method, part)
+        _check(y.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f.__name__)
+    lse = sm._reduce_impl(xd, (1,), sm.OP_LSE, method, part)
+    f = scipy.special.logsumexp
+    _check(lse.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, "lse")
+
+
+@gpu
 @pytest.mark.parametrize("method", ["safe", "naive"])
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_methods(method, dtype, rng):
@@ -538,8 +562,8 @@ CC_H200 = 90
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_cluster_plan(dtype, monkeypatch):
     vec = 16 // np.dtype(dtype).itemsize
-    long_n = sm.CLUSTER_ROW_BYTES[0] // np.dtype(dtype).itemsize
-    top_n = sm.CLUSTER_ROW_BYTES[1] // np.dtype(dtype).itemsize
+    lo, hi = sm.CLUSTER_ROW_BYTES[np.dtype(dtype).itemsize]
+    long_n, top_n = lo // np.dtype(dtype).itemsize, hi // np.dtype(dtype).itemsize
     # automatic: long rows, enough rows to cover the SMs, softmax/log_softmax, method online, cc >= 9.0 only
     p = sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200)
     assert p.path == "cluster" and p.chunks in sm.CLUSTER_SIZES and p.threads == sm.CLUSTER_THREADS
@@ -564,7 +588,7 @@ def test_cluster_plan(dtype, monkeypatch):
         p = sm.plan(dtype, rows, n, sms=SMS, cc=CC_H200)
         nbytes = n * np.dtype(dtype).itemsize
         want = next((c for c in sm.CLUSTER_SIZES if nbytes <= c * sm.CLUSTER_SEGMENT_BYTES and rows * c >= SMS), 8)
-        if sm.CLUSTER_ROW_BYTES[0] <= nbytes <= sm.CLUSTER_ROW_BYTES[1] and rows * want >= SMS:
+        if lo <= nbytes <= hi and rows * want >= SMS:
             assert (p.path, p.chunks) == ("cluster", want), (rows, n, p)
         else:
             assert p.path != "cluster", (rows, n, p)
@@ -775,7 +799,7 @@ def test_cluster_chosen_automatically(dtype, rng, cp):
     from cuflash import _compile
 
     sms = _compile.sm_count(cp.cuda.runtime.getDevice())
-    n = sm.CLUSTER_ROW_BYTES[0] // np.dtype(dtype).itemsize + 1
+    n = sm.CLUSTER_ROW_BYTES[np.dtype(dtype).itemsize][0] // np.dtype(dtype).itemsize + 1
     x64 = rng.standard_normal((-(-sms // 2), n)) * 4
     xd = _to_device(x64, dtype)
     for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
