@@ -36,7 +36,7 @@
 //              a slot of every peer (st.async, completing on the peer's mbarrier), each block merges the C slots
 //              in rank order once they are in (the same bits in every block), and writes its segment's output
 //              from shared memory.
-//              A segment longer than the shared memory (rows longer than C x ~200 KB) streams its remainder
+//              A segment longer than its hold (the host's CLUSTER_HOLD_BYTES, 64 KiB a block) streams its remainder
 //              from global memory in the reduction and re-reads it (from L2, it was read moments earlier) in the
 //              output phase. Clusters take rows cluster-stride when there are more rows than clusters.
 //              Reads n, writes n.

@@ -22,7 +22,7 @@ path            when                                                        HBM 
                 other; K bounded by the blocks that fit on the GPU
 ``cluster``     cc >= 9.0, rows of ``CLUSTER_ROW_BYTES``, rows x C >= SMs   read n, write n (+ from L2
                 (not float64): a row over a thread-block cluster of C = 1,  the part of rows longer than
-                2, 4 or 8 blocks, each holding its segment in shared        C x 200 KiB)
+                2, 4 or 8 blocks, each holding its segment in shared        C x 64 KiB)
                 memory; the C states merge through distributed shared
                 memory (st.async + mbarrier; one launch)
 ``stream``      lse/state of long rows, float64 long rows, the ``safe`` and  read 2n, write n (lse: n)
@@ -67,16 +67,20 @@ SPLIT_MIN_SLOTS = 256                   # chunks of rows split for parallelism a
 SPLIT_MAX_THREADS = 512                 # register split ("split_regs"): <= 512 threads x 8 slots = 64 KiB
 STREAM_THREADS, STREAM_UNROLL = (128, 512), 4  # streaming kernels: 4 slots in flight per thread per iteration
 # the cluster split (compute capability >= 9.0; softmax_cluster in cuda_src/softmax.cu)
-CLUSTER_ROW_BYTES = {2: (64 << 10, 512 << 10),  # rows of this many bytes take it (softmax/log_softmax), by
-                     4: (128 << 10, 512 << 10)}  # itemsize; None: never.
+CLUSTER_ROW_BYTES = {2: (64 << 10, 1 << 20),  # rows of this many bytes take it (softmax/log_softmax), by
+                     4: (128 << 10, 1 << 20)}  # itemsize; None: never.
 # On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
 # it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
 # 16-bit rows of 64 KiB: C = 1 (a block per row, the row in shared memory) 0.93 against 0.90 on the block path
 # (float32 64 KiB rows: 0.94 against 0.95; experiments/results/softmax_probe_58889f9_*.json).
+# 1 MiB rows: C = 8, each block holding 64 KiB of its 128 KiB segment and streaming the rest (3 blocks/SM), float32
+# 0.745 and bfloat16 0.695 of copy against 0.696 / 0.633 on the split; 2 MiB rows and longer stay on the split
+# (0.69 / 0.63 against 0.44-0.55; experiments/results/softmax_hold_probe_734c46c_*.json).
 CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
 CLUSTER_THREADS = 256
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
-CLUSTER_HOLD_BYTES = 200 << 10          # ... a segment holds at most this in shared memory; the rest streams
+CLUSTER_HOLD_BYTES = 64 << 10          # ... a segment holds at most this in shared memory (3 blocks/SM), the rest
+                                        # streams (and is re-read from L2); 96 KiB and more: 2 blocks, slower
 CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
 

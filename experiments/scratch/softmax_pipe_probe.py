@@ -18,6 +18,7 @@ ap.add_argument("--cols", default="8192,16384,32768,65536,131072,262144,524288,1
 ap.add_argument("--dtypes", default="bfloat16,float32")
 ap.add_argument("--sizes", default="1,2,4,8")
 ap.add_argument("--rep", type=int, default=20)
+ap.add_argument("--holds", default="", help="also the cluster path with these hold_bytes (shared memory per block)")
 ap.add_argument("--name", default="softmax_pipe_probe")
 a = ap.parse_args()
 import cupy as cp  # noqa: E402
@@ -37,6 +38,8 @@ for dname in a.dtypes.split(","):
             if cols * dt.itemsize > c * (1 << 20):
                 continue
             variants[f"C{c}"] = {"path": "cluster", "cluster": c}
+            for h in (int(v) for v in a.holds.split(",") if v):
+                variants[f"C{c}h{h >> 10}K"] = {"path": "cluster", "cluster": c, "hold_bytes": h}
         line = [f"{dname:8s} {rows:6d}x{cols:<8d}"]
         for name, part in variants.items():
             try:
