@@ -227,11 +227,13 @@ __device__ __forceinline__ typename Acc<T>::type thread_max(const Slot<T> (&buf)
   }
 }
 
-// exp(x - m) for every element x of a row with max m, in one FFMA and one MUFU.EX2: exp2(x·log2e − m·log2e).
-// Used for 16-bit inputs when |m| <= FAST_EXP_MAX_M (then m is finite): the rounding of m·log2e (at most
-// |m|·log2e·2^-25 in the exponent) scales every exp of the row alike, <= 3.1e-5 relative at |m| = 1024 (a
-// sixteenth of a float16 ulp, far below bfloat16's), and within a softmax it cancels against the sum. Otherwise
-// (float32: its own ulp is smaller; huge or infinite m) exp(x − m) with x = m = +inf counting 1.
+// exp(x - m) for every element x of a row with max m, in one FFMA and one MUFU.EX2: exp2(x·log2e − mc), mc the
+// rounded m·log2e. Used for 16-bit inputs when |m| <= FAST_EXP_MAX_M (then m is finite). The rounding error
+// r = m·log2e − mc (exact by an FMA; |r| <= 2^-14 at |m| = 1024) scales every exp of the row alike by 2^r, so
+// a sum of them is multiplied by 2^-r once (the max element then still counts 1, to ex2.approx's 2^-22). The
+// softmax output exp2(x·log2e − e2) (output_const) keeps its rounding of e2: <= 4.3e-5 relative at |m| = 1024,
+// a tenth of a float16 half-ulp, a ninetieth of bfloat16's. Otherwise (float32: its own ulp is smaller; huge or
+// infinite m) exp(x − m) with x = m = +inf counting 1.
 // One instruction in three per element fewer: 16-bit rows are twice the elements per byte of float32 ones.
 #define FAST_EXP_MAX_M 1024.0f
 #define LOG2E_F 1.4426950408889634f
@@ -255,6 +257,7 @@ __device__ __forceinline__ A sum_exp(const Slot<T> (&buf)[N], A m, int valid = N
       if (u < valid)
 #pragma unroll
         for (int k = 0; k < Slot<T>::VEC; ++k) acc += ex2_approx(fmaf((float)buf[u].get(k), LOG2E_F, -mc));
+    acc *= ex2_approx(-fmaf((float)m, LOG2E_F, -mc));  // 2^-r: the sum of exp(x - m) itself
   } else {
 #pragma unroll
     for (int u = 0; u < N; ++u)

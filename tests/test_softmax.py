@@ -310,15 +310,26 @@ def test_forced_paths_agree(path, part, dtype, rng):
     _check(lse.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f"lse {pl}")
 
 
+FAST_EXP_PATHS = FORCED + [("safe", "safe"), ("cluster", {"path": "cluster", "cluster": 1}),
+                            ("cluster", {"path": "cluster", "cluster": 4})]
+
+
 @gpu
-@pytest.mark.parametrize("path,part", FORCED + [("safe", "safe")])
+@pytest.mark.parametrize("path,part", FAST_EXP_PATHS)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_fast_exponent_threshold(path, part, dtype, rng):
-    """16-bit inputs take exp2(x·log2e − m·log2e) (one FFMA) when the row max |m| <= FAST_EXP_MAX_M (1024) and
-    exp(x − m) beyond: rows whose max sits on either side of it, on both signs, against float64 scipy (the
-    rounding of m·log2e must stay within the output's tolerance); float32 always takes exp(x − m)."""
+    """16-bit inputs take exp2(x·log2e − mc) (one FFMA, mc the rounded m·log2e) when the row max |m| <=
+    FAST_EXP_MAX_M (1024) and exp(x − m) beyond; float32 always the latter. Rows whose max sits on either side of
+    the threshold, on both signs, against float64 scipy; bfloat16 rows at ±2^100 (all equal there), where m·log2e
+    loses 77 bits and the fast form would give inf/NaN. One-hot rows (a single finite entry, m = 992 .. 1024):
+    the state's l must be 1 (the sum corrected by 2^-(m·log2e − mc)) and log_softmax of that entry 0, both to
+    1e-6 — without the correction l is off by up to 4e-5."""
+    if path == "cluster":
+        _needs_cluster()
     n = 250 if path == "warp" else 3001
     offsets = [-3072.0, -1032.0, -1024.0, -1016.0, -300.0, 0.0, 300.0, 1016.0, 1024.0, 1032.0, 8192.0]
+    if np.dtype(dtype) == _dtypes.bfloat16:
+        offsets += [2.0 ** 100, -(2.0 ** 100)]
     x64 = rng.standard_normal((len(offsets), n)) * 6
     x64 -= x64.max(axis=1, keepdims=True)  # every row's max is exactly its offset (after the cast below)
     x64 += np.array(offsets)[:, None]
@@ -332,6 +343,17 @@ def test_fast_exponent_threshold(path, part, dtype, rng):
     lse = sm._reduce_impl(xd, (1,), sm.OP_LSE, method, part)
     f = scipy.special.logsumexp
     _check(lse.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, "lse")
+
+    peaks = np.arange(992.0, 1025.0, 4.0)  # exact in float16 and bfloat16
+    hot = np.full((len(peaks), n), -np.inf)
+    hot[np.arange(len(peaks)), rng.integers(0, n, len(peaks))] = peaks
+    hd = _to_device(hot, dtype)
+    m, l = sm._reduce_impl(hd, (1,), sm.OP_STATE, method, part)
+    assert m.get().tolist() == peaks.tolist()
+    np.testing.assert_allclose(l.get(), 1.0, rtol=0, atol=1e-6)
+    ls = sm._softmax_impl(hd, -1, sm.OP_LOG_SOFTMAX, method, part).get().astype(np.float64)
+    np.testing.assert_allclose(ls[np.isfinite(hot)], 0.0, rtol=0, atol=1e-6)
+    assert np.isneginf(ls[~np.isfinite(hot)]).all()
 
 
 @gpu
