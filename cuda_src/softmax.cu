@@ -598,9 +598,10 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
                  "r"((unsigned)(b - a) * 16u), "l"(pol) : "memory");
 }
 
-// softmax_cluster<T, THREADS, C>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows cluster-stride. seg: slots per block segment
-// (the host picks ceil(row slots / C)); hold: slots of a segment held in shared memory (the dynamic shared memory
-// is hold x 16 bytes; the lse/state ops pass 0 and stream). Float accumulators (16- and 32-bit inputs).
+// softmax_cluster<T, THREADS, C>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows
+// cluster-stride. seg: slots per block segment (the host picks ceil(row slots / C)); hold: slots of a segment held
+// in shared memory (the dynamic shared memory is hold x 16 bytes; the lse/state ops pass 0 and stream). Float
+// accumulators (16- and 32-bit inputs).
 //
 // The schedule of one row, in block r (rank r of the cluster), thread t:
 //   1. copy: thread t issues cp.async for its held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4
@@ -654,9 +655,8 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     cluster_arrive_relaxed();  // "this block runs, its mbarriers are set": waited for before the first st.async
   }
   bool waited = false;
-  int parity = 0;
   i64 it = 0;  // rows this cluster has taken
-  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1, ++it) {
+  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, ++it) {
     const T* xr = x + row * ldx;
     const ChunkRange c = chunk_range<VEC>(head_of(xr), n, (i64)rank * seg, seg);
     const T* xb = xr + c.first;
@@ -725,6 +725,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
         cluster_wait();  // every block of the cluster has started
         waited = true;
       }
+      const int parity = (int)(it & 1);
       const unsigned mb = smem_u32(&mbar[parity]);
       if (threadIdx.x < 32) cluster_send_f2<C>(make_float2(s.m, s.l), xch[parity], rank, mb);
       mbar_wait_cluster(mb, (unsigned)(it >> 1) & 1u);

@@ -79,7 +79,7 @@ CLUSTER_ROW_BYTES = {2: (64 << 10, 1 << 20),  # rows of this many bytes take it 
 CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
 CLUSTER_THREADS = 256
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
-CLUSTER_HOLD_BYTES = 64 << 10          # ... a segment holds at most this in shared memory (3 blocks/SM), the rest
+CLUSTER_HOLD_BYTES = 64 << 10           # ... a segment holds at most this in shared memory (3 blocks/SM), the rest
                                         # streams (and is re-read from L2); 96 KiB and more: 2 blocks, slower
 CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
