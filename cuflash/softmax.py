@@ -72,7 +72,7 @@ CLUSTER_ROW_BYTES = {2: (64 << 10, 1 << 20),  # rows of this many bytes take it 
 # On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
 # it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
 # 16-bit rows of 64 KiB: C = 1 (a block per row, the row in shared memory) 0.93 against 0.90 on the block path
-# (float32 64 KiB rows: 0.94 against 0.95; experiments/results/softmax_probe_58889f9_*.json).
+# (float32 64 KiB rows: 0.93 against 0.95; experiments/results/softmax_probe_58889f9_*.json).
 # 1 MiB rows: C = 8, each block holding 64 KiB of its 128 KiB segment and streaming the rest (3 blocks/SM), float32
 # 0.745 and bfloat16 0.695 of copy against 0.696 / 0.633 on the split; 2 MiB rows and longer stay on the split
 # (0.69 / 0.63 against 0.44-0.55; experiments/results/softmax_hold_probe_734c46c_*.json).
