@@ -636,7 +636,8 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   constexpr int US = 4;  // streamed slots in flight per thread (from L2, prefetched)
   constexpr int STEP = THREADS * US, PF = 8 * STEP;  // slots per streaming step; prefetch distance (128 KiB)
   static_assert(sizeof(T) <= 4, "float accumulators: 16- and 32-bit inputs");
-  static_assert(C == 1 || C == 2 || C == 4 || C == 8, "one block or a portable cluster size");
+  static_assert(C == 1 || C == 2 || C == 4 || C == 8 || C == 16,
+                "one block, a portable cluster size, or 16 (non-portable: the host allows it on the function)");
   extern __shared__ uint4 held_raw[];  // hold slots of the segment
   Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw);
   __shared__ St red[32];

@@ -77,6 +77,8 @@ CLUSTER_ROW_BYTES = {2: (64 << 10, 1 << 20),  # rows of this many bytes take it 
 # 0.745 and bfloat16 0.695 of copy against 0.696 / 0.633 on the split; 2 MiB rows and longer stay on the split
 # (0.69 / 0.63 against 0.44-0.55; experiments/results/softmax_hold_probe_734c46c_*.json).
 CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
+CLUSTER_STUDY_SIZES = (16,)             # non-portable cluster sizes a forced plan may ask for (study: 1-2 MiB rows
+                                        # at 64-128 KiB a block); the function must allow them (_compile)
 CLUSTER_THREADS = 256
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
 CLUSTER_HOLD_BYTES = 64 << 10           # ... a segment holds at most this in shared memory (3 blocks/SM), the rest
@@ -128,7 +130,7 @@ def _declare():
     _compile.declare(SOURCE, ["cuflash::softmax_merge_states<float>", "cuflash::softmax_merge_states<double>"])
     # sm_90+ only (the kernel is compiled out below sm_90): the compile check builds them for sm_90 alone
     _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c) for dt in _SUPPORTED if dt != _dtypes.float64
-                              for c in CLUSTER_SIZES], extra_options=CLUSTER_ARCH_OPTIONS)
+                              for c in CLUSTER_SIZES + CLUSTER_STUDY_SIZES], extra_options=CLUSTER_ARCH_OPTIONS)
 
 
 _declare()
@@ -295,8 +297,8 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
                  CLUSTER_SIZES[-1])
         if not forced and rows * c < sms:
             return None
-    if c not in CLUSTER_SIZES:
-        raise ValueError(f"cluster size must be one of {CLUSTER_SIZES}, got {c!r}")
+    if c not in CLUSTER_SIZES + (CLUSTER_STUDY_SIZES if forced else ()):
+        raise ValueError(f"cluster size must be one of {CLUSTER_SIZES} (forced: also {CLUSTER_STUDY_SIZES}), got {c!r}")
     seg = -(-slots // c)
     if seg * (16 // itemsize) >= 1 << 30:  # offsets inside a segment are 32-bit
         if forced:
@@ -393,6 +395,8 @@ def _make_prep(x, axis, op, method, partition, dev):
     pr.smem = 0
     if pl.path == "cluster":
         k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks), CLUSTER_ARCH_OPTIONS)
+        if pl.chunks > 8:
+            _compile.allow_non_portable_cluster(k)
         pr.kernels = (k,)
         hold = _cluster_hold(pl, op, partition, dev, k)
         pr.smem = hold * 16

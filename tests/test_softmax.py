@@ -632,7 +632,11 @@ def test_cluster_plan(dtype, monkeypatch):
     with pytest.raises(ValueError, match="online"):
         sm.plan(dtype, 3, 100, method="safe", sms=SMS, cc=CC_H200, partition={"path": "cluster"})
     with pytest.raises(ValueError, match="cluster size"):
-        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": 16})
+        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": 32})
+    # 16 (non-portable) only when forced; the automatic plan never takes it
+    assert sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": 16}).chunks == 16
+    with pytest.raises(ValueError, match="cluster size"):
+        sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200, partition={"cluster": 16})
     with pytest.raises(ValueError, match="path"):
         sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "clusterr"})
 
@@ -648,7 +652,7 @@ def test_cluster_kernels_declared_for_sm90_only():
 
     decl = {(n, e) for s, n, e, _ in _compile.declared() if s == sm.SOURCE and "softmax_cluster" in n}
     want = {(sm._cluster_name(_dtypes.CTYPE[dt], c), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
-            for c in sm.CLUSTER_SIZES}
+            for c in sm.CLUSTER_SIZES + sm.CLUSTER_STUDY_SIZES}
     assert decl == want  # declared once each, with the sm_90 option (test_compile builds them for sm_90 only)
 
 
@@ -799,6 +803,21 @@ def test_cluster_edge_values_match_scipy(dtype, cp):
     (m, l), _ = _cluster_run(_to_device([[np.inf, 0.0] * 50, [-np.inf] * 100], np.float32), sm.OP_STATE,
                              {"path": "cluster", "cluster": 4}, cp)
     assert m.get().tolist() == [np.inf, -np.inf] and l.get().tolist() == [50.0, 0.0]  # +inf counts 1; empty stays
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_non_portable_16(dtype, rng, cp):
+    """The study size C = 16 (non-portable; the wrapper allows it on the function): segment boundaries and tails,
+    a small hold with the rest streamed, the edge values, more rows than clusters."""
+    _needs_cluster()
+    part = {"path": "cluster", "cluster": 16}
+    for n in _cluster_lengths(dtype, 16):
+        _cluster_compare(rng.standard_normal((3, n)) * 8, dtype, part, cp)
+    _cluster_compare(rng.standard_normal((2, 16 * 300 * (16 // np.dtype(dtype).itemsize) + 5)) * 8, dtype,
+                     dict(part, hold_bytes=16 * 100), cp)
+    _cluster_compare(_edge_rows(40001, dtype), dtype, part, cp)
+    _cluster_compare(rng.standard_normal((9, 5003)) * 6, dtype, dict(part, clusters=2), cp)
 
 
 @gpu
