@@ -598,9 +598,10 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
                  "r"((unsigned)(b - a) * 16u), "l"(pol) : "memory");
 }
 
-// softmax_cluster<T, THREADS, C>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows cluster-stride. seg: slots per block segment
-// (the host picks ceil(row slots / C)); hold: slots of a segment held in shared memory (the dynamic shared memory
-// is hold x 16 bytes; the lse/state ops pass 0 and stream). Float accumulators (16- and 32-bit inputs).
+// softmax_cluster<T, THREADS, C>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows
+// cluster-stride. seg: slots per block segment (the host picks ceil(row slots / C)); hold: slots of a segment held
+// in shared memory (the dynamic shared memory is hold x 16 bytes; the lse/state ops pass 0 and stream). Float
+// accumulators (16- and 32-bit inputs).
 //
 // The schedule of one row, in block r (rank r of the cluster), thread t:
 //   1. copy: thread t issues cp.async for its held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4
@@ -635,7 +636,8 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   constexpr int US = 4;  // streamed slots in flight per thread (from L2, prefetched)
   constexpr int STEP = THREADS * US, PF = 8 * STEP;  // slots per streaming step; prefetch distance (128 KiB)
   static_assert(sizeof(T) <= 4, "float accumulators: 16- and 32-bit inputs");
-  static_assert(C == 1 || C == 2 || C == 4 || C == 8, "one block or a portable cluster size");
+  static_assert(C == 1 || C == 2 || C == 4 || C == 8 || C == 16,
+                "one block, a portable cluster size, or 16 (non-portable: the host allows it on the function)");
   extern __shared__ uint4 held_raw[];  // hold slots of the segment
   Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw);
   __shared__ St red[32];
@@ -654,9 +656,8 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     cluster_arrive_relaxed();  // "this block runs, its mbarriers are set": waited for before the first st.async
   }
   bool waited = false;
-  int parity = 0;
   i64 it = 0;  // rows this cluster has taken
-  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, parity ^= 1, ++it) {
+  for (i64 row = blockIdx.x / C; row < rows; row += nclusters, ++it) {
     const T* xr = x + row * ldx;
     const ChunkRange c = chunk_range<VEC>(head_of(xr), n, (i64)rank * seg, seg);
     const T* xb = xr + c.first;
@@ -725,6 +726,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
         cluster_wait();  // every block of the cluster has started
         waited = true;
       }
+      const int parity = (int)(it & 1);
       const unsigned mb = smem_u32(&mbar[parity]);
       if (threadIdx.x < 32) cluster_send_f2<C>(make_float2(s.m, s.l), xch[parity], rank, mb);
       mbar_wait_cluster(mb, (unsigned)(it >> 1) & 1u);

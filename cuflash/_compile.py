@@ -177,6 +177,22 @@ def max_active_clusters(kernel, cluster: int, block: int, shared_mem: int):
     return n.value if rc == 0 and n.value > 0 else None
 
 
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+
+
+def allow_non_portable_cluster(kernel) -> None:
+    """Let ``kernel`` (compiled with ``__cluster_dims__`` of more than 8 blocks, e.g. 16 on Hopper) launch:
+    clusters beyond the portable 8 need the function attribute NON_PORTABLE_CLUSTER_SIZE_ALLOWED, set through the
+    driver (CuPy has no setter). Raises ConfigurationError where the driver refuses it."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        rc = lib.cuFuncSetAttribute(ctypes.c_void_p(kernel.kernel.ptr), _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+    except (OSError, AttributeError) as e:
+        raise ConfigurationError(f"cannot allow a non-portable cluster size: {e}") from e
+    if rc != 0:
+        raise ConfigurationError(f"the driver refused a non-portable cluster size for {kernel.name} (CUresult {rc})")
+
+
 GRID_MAX = (2**31 - 1, 65535, 65535)  # CUDA's limits on gridDim.x, .y, .z
 
 

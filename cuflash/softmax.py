@@ -67,20 +67,26 @@ SPLIT_MIN_SLOTS = 256                   # chunks of rows split for parallelism a
 SPLIT_MAX_THREADS = 512                 # register split ("split_regs"): <= 512 threads x 8 slots = 64 KiB
 STREAM_THREADS, STREAM_UNROLL = (128, 512), 4  # streaming kernels: 4 slots in flight per thread per iteration
 # the cluster split (compute capability >= 9.0; softmax_cluster in cuda_src/softmax.cu)
-CLUSTER_ROW_BYTES = {2: (64 << 10, 1 << 20),  # rows of this many bytes take it (softmax/log_softmax), by
-                     4: (128 << 10, 1 << 20)}  # itemsize; None: never.
+CLUSTER_ROW_BYTES = {2: (64 << 10, 2 << 20),  # rows of this many bytes take it (softmax/log_softmax), by
+                     4: (128 << 10, 2 << 20)}  # itemsize; None: never.
 # On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
 # it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
 # 16-bit rows of 64 KiB: C = 1 (a block per row, the row in shared memory) 0.93 against 0.90 on the block path
 # (float32 64 KiB rows: 0.93 against 0.95; experiments/results/softmax_probe_58889f9_*.json).
-# 1 MiB rows: C = 8, each block holding 64 KiB of its 128 KiB segment and streaming the rest (3 blocks/SM), float32
-# 0.745 and bfloat16 0.695 of copy against 0.696 / 0.633 on the split; 2 MiB rows and longer stay on the split
-# (0.69 / 0.63 against 0.44-0.55; experiments/results/softmax_hold_probe_734c46c_*.json).
-CLUSTER_SIZES = (1, 2, 4, 8)            # blocks per cluster (1: a block per row, no exchange; the portable sizes)
+# 1 MiB rows: C = 16, the row held in shared memory, float32 0.788 and bfloat16 0.715 of copy against 0.743 /
+# 0.697 at C = 8 (64 KiB of each 128 KiB segment held, the rest streamed); 2 MiB rows: C = 16 with 64 KiB of each
+# 128 KiB segment held, 0.701 / 0.650 against 0.692 / 0.628 on the split; 4 MiB rows stay on the split (0.69
+# against 0.54; experiments/results/softmax_c16_probe_*.json). Without C = 16 (compute capability other than
+# 9.0) rows of more than 8 x CLUSTER_MAX_SEGMENT_BYTES stay on the split (experiments/results/
+# softmax_hold_probe_734c46c_*.json: 2 MiB rows at C = 8 0.44-0.55 against 0.63-0.69).
+CLUSTER_SIZES = (1, 2, 4, 8, 16)        # blocks per cluster (1: a block per row, no exchange; 16: non-portable)
+CLUSTER_PORTABLE = 8                    # larger sizes: the function must allow them (_compile), and the automatic
+CLUSTER_NON_PORTABLE_CC = (90,)         # plan takes them on these compute capabilities only (Hopper allows 16)
 CLUSTER_THREADS = 256
 CLUSTER_SEGMENT_BYTES = 64 << 10        # C: the smallest size whose segments are at most this (3 blocks/SM fit) ...
-CLUSTER_HOLD_BYTES = 64 << 10          # ... a segment holds at most this in shared memory (3 blocks/SM), the rest
+CLUSTER_HOLD_BYTES = 64 << 10           # ... a segment holds at most this in shared memory (3 blocks/SM), the rest
                                         # streams (and is re-read from L2); 96 KiB and more: 2 blocks, slower
+CLUSTER_MAX_SEGMENT_BYTES = 128 << 10   # automatic plans: longer segments (half or more streamed) lose to the split
 CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
 
@@ -269,8 +275,10 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
 
     Automatic (softmax/log_softmax, method "online", 16/32-bit types, cc >= 90, rows of ``CLUSTER_ROW_BYTES``, no
     other study knob): C is the smallest cluster size whose segments fit ``CLUSTER_SEGMENT_BYTES`` and whose
-    blocks (rows x C) cover the SMs, else 8; with fewer than ``sms`` blocks even at C = 8 the split (which cuts a
-    row over many blocks) is kept. ``partition={"path": "cluster"}`` forces it for any row length.
+    blocks (rows x C) cover the SMs, else the largest (sizes above ``CLUSTER_PORTABLE`` on
+    ``CLUSTER_NON_PORTABLE_CC`` only); with fewer than ``sms`` blocks, or segments over
+    ``CLUSTER_MAX_SEGMENT_BYTES``, the split (which cuts a row over many blocks) is kept.
+    ``partition={"path": "cluster"}`` forces it for any row length (and any size of ``CLUSTER_SIZES``).
     """
     forced = p.get("path") == "cluster"
     if p.get("path") not in (None, "cluster"):
@@ -291,9 +299,9 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     c = p.get("cluster")
     if c is None or c == 0:
         row_bytes = n * itemsize
-        c = next((k for k in CLUSTER_SIZES if row_bytes <= k * CLUSTER_SEGMENT_BYTES and rows * k >= sms),
-                 CLUSTER_SIZES[-1])
-        if not forced and rows * c < sms:
+        sizes = [k for k in CLUSTER_SIZES if k <= CLUSTER_PORTABLE or int(cc) in CLUSTER_NON_PORTABLE_CC]
+        c = next((k for k in sizes if row_bytes <= k * CLUSTER_SEGMENT_BYTES and rows * k >= sms), sizes[-1])
+        if not forced and (rows * c < sms or row_bytes > c * CLUSTER_MAX_SEGMENT_BYTES):
             return None
     if c not in CLUSTER_SIZES:
         raise ValueError(f"cluster size must be one of {CLUSTER_SIZES}, got {c!r}")
@@ -393,6 +401,8 @@ def _make_prep(x, axis, op, method, partition, dev):
     pr.smem = 0
     if pl.path == "cluster":
         k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks), CLUSTER_ARCH_OPTIONS)
+        if pl.chunks > CLUSTER_PORTABLE:
+            _compile.allow_non_portable_cluster(k)
         pr.kernels = (k,)
         hold = _cluster_hold(pl, op, partition, dev, k)
         pr.smem = hold * 16

@@ -604,16 +604,25 @@ def test_cluster_plan(dtype, monkeypatch):
     monkeypatch.setattr(sm, "CLUSTER_ROW_BYTES", None)
     assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200).path != "cluster"
     monkeypatch.undo()
-    # C: the smallest size whose segments fit CLUSTER_SEGMENT_BYTES with rows x C >= SMs, else 8
-    for rows, n in ((8192, 1 << 15), (1024, 1 << 16), (512, 1 << 17), (64, 1 << 20), (40, 1 << 16), (17, 1 << 16),
-                    (8192, 1 << 14)):
-        p = sm.plan(dtype, rows, n, sms=SMS, cc=CC_H200)
-        nbytes = n * np.dtype(dtype).itemsize
-        want = next((c for c in sm.CLUSTER_SIZES if nbytes <= c * sm.CLUSTER_SEGMENT_BYTES and rows * c >= SMS), 8)
-        if lo <= nbytes <= hi and rows * want >= SMS:
-            assert (p.path, p.chunks) == ("cluster", want), (rows, n, p)
-        else:
-            assert p.path != "cluster", (rows, n, p)
+    # C: the smallest size whose segments fit CLUSTER_SEGMENT_BYTES with rows x C >= SMs, else the largest (16 on
+    # cc 9.0 only, 8 elsewhere); segments over CLUSTER_MAX_SEGMENT_BYTES or too few blocks: not the cluster path
+    for cc in (CC_H200, 100):
+        sizes = [c for c in sm.CLUSTER_SIZES if c <= 8 or cc == CC_H200]
+        for rows, n in ((8192, 1 << 15), (1024, 1 << 16), (512, 1 << 17), (64, 1 << 20), (40, 1 << 16),
+                        (17, 1 << 16), (8192, 1 << 14), (9, 1 << 18), (256, 3 << 17), (128, 1 << 19)):
+            p = sm.plan(dtype, rows, n, sms=SMS, cc=cc)
+            nbytes = n * np.dtype(dtype).itemsize
+            want = next((c for c in sizes if nbytes <= c * sm.CLUSTER_SEGMENT_BYTES and rows * c >= SMS), sizes[-1])
+            if lo <= nbytes <= hi and rows * want >= SMS and nbytes <= want * sm.CLUSTER_MAX_SEGMENT_BYTES:
+                assert (p.path, p.chunks) == ("cluster", want), (cc, rows, n, p)
+            else:
+                assert p.path != "cluster", (cc, rows, n, p)
+    mib = (1 << 20) // np.dtype(dtype).itemsize  # elements of a 1 MiB row
+    assert sm.plan(dtype, 256, mib, sms=SMS, cc=CC_H200).chunks == 16  # held whole over 16 blocks
+    assert sm.plan(dtype, 256, mib, sms=SMS, cc=100).chunks == 8  # 64 KiB of each 128 KiB segment held
+    assert sm.plan(dtype, 128, 2 * mib, sms=SMS, cc=CC_H200).chunks == 16
+    assert sm.plan(dtype, 128, 2 * mib, sms=SMS, cc=100).path == "split"
+    assert sm.plan(dtype, 64, 4 * mib, sms=SMS, cc=CC_H200).path == "split"
     # forced: any length, any C, every op; capacity C x S covers the row (aligned or not)
     for n in sorted({1, 2, vec - 1, vec + 1, 1000, 3001, 65537, 1 << 20} - {0}):
         for c in sm.CLUSTER_SIZES:
@@ -632,7 +641,7 @@ def test_cluster_plan(dtype, monkeypatch):
     with pytest.raises(ValueError, match="online"):
         sm.plan(dtype, 3, 100, method="safe", sms=SMS, cc=CC_H200, partition={"path": "cluster"})
     with pytest.raises(ValueError, match="cluster size"):
-        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": 16})
+        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": 32})
     with pytest.raises(ValueError, match="path"):
         sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "clusterr"})
 
@@ -830,6 +839,14 @@ def test_cluster_chosen_automatically(dtype, rng, cp):
         _check(y.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, f.__name__)
     _, pl = sm._softmax_impl(xd, -1, sm.OP_SOFTMAX, "online", {"cluster": 0}, return_plan=True)
     assert pl.path != "cluster"
+    # rows of just over 1 MiB on 9 rows: C = 16 on Hopper (non-portable, allowed by the wrapper), else the split
+    cc = _compile.compute_capability(cp.cuda.runtime.getDevice())
+    n = (1 << 20) // np.dtype(dtype).itemsize + 3
+    x64 = rng.standard_normal((9, n)) * 4
+    y, pl = sm._softmax_impl(_to_device(x64, dtype), -1, sm.OP_SOFTMAX, "online", None, return_plan=True)
+    assert (pl.path, pl.chunks) == ("cluster", 16) if int(cc) in sm.CLUSTER_NON_PORTABLE_CC else pl.path != "cluster"
+    f = scipy.special.softmax
+    _check(y.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n, "softmax")
 
 
 @gpu
