@@ -690,25 +690,22 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
     const uint32_t r0 = s0 + nvr * kstride;  // RES: the residual's slots
 #pragma unroll 4
     for (int k = 0; k < kn; ++k) {
-      const int v = k * G + t;
-      {
-        V a = lds(s0 + k * kstride);
-        if (RES) {
-          const V r = lds(r0 + k * kstride);
+      V a = lds(s0 + k * kstride);
+      if (RES) {
+        const V r = lds(r0 + k * kstride);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) a.v[i] = from_float<T>(to_float(a.v[i]) + to_float(r.v[i]));
-          a.store(hout + off + (i64)v * VEC);
-          sts_16(s0 + k * kstride, *reinterpret_cast<const uint4*>(a.v));
-        }
-        float f[VEC];
-        to_floats(a, f);
-        if (KIND == LAYER) {
+        for (int i = 0; i < VEC; ++i) a.v[i] = from_float<T>(to_float(a.v[i]) + to_float(r.v[i]));
+        a.store(hout + off + (i64)(k * G + t) * VEC);
+        sts_16(s0 + k * kstride, *reinterpret_cast<const uint4*>(a.v));
+      }
+      float f[VEC];
+      to_floats(a, f);
+      if (KIND == LAYER) {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) ss += f[i];
-        } else {
+        for (int i = 0; i < VEC; ++i) ss += f[i];
+      } else {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
-        }
+        for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
       }
     }
     float mu = 0.f, rstd;
@@ -718,12 +715,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
       float q = 0.f;
 #pragma unroll 4
       for (int k = 0; k < kn; ++k) {
-        {
-          float f[VEC];
-          to_floats(lds(s0 + k * kstride), f);
+        float f[VEC];
+        to_floats(lds(s0 + k * kstride), f);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = f[i] - mu; q = fmaf(d, d, q); }
-        }
+        for (int i = 0; i < VEC; ++i) { const float d = f[i] - mu; q = fmaf(d, d, q); }
       }
       q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
       rstd = rsqrtf(q / (float)hidden + eps);
@@ -759,13 +754,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
     }
 #pragma unroll 4
     for (int k = NH; k < kn; ++k) {  // weights loaded per row
-      const int v = k * G + t;
-      {
-        float wv[VEC], bv[VEC];
-        if (w) load_params<W, VEC>(w, v * VEC, true, wv);
-        if (b) load_params<W, VEC>(b, v * VEC, true, bv);
-        emit(k, wv, bv);
-      }
+      float wv[VEC], bv[VEC];
+      if (w) load_params<W, VEC>(w, (k * G + t) * VEC, true, wv);
+      if (b) load_params<W, VEC>(b, (k * G + t) * VEC, true, bv);
+      emit(k, wv, bv);
     }
   };
 
