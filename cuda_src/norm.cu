@@ -640,9 +640,9 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
   const int ROWS = WARP ? blockDim.x >> 5 : 1, grp = WARP ? threadIdx.x >> 5 : 0;
   const int body = hidden / VEC;
   const int per = RES ? 2 * nvr : nvr;  // slots per thread per stage
-  auto slot = [&](int st, int k) -> T* {
-    return reinterpret_cast<T*>(ring + ((i64)(st * per + k) * blockDim.x + threadIdx.x));
-  };
+  // this thread's slot k of stage st: the 32-bit shared address base + (st * per + k) * kstride
+  const uint32_t base = smem_u32(ring + threadIdx.x), kstride = blockDim.x * 16u;
+  auto stage = [&](int st) { return base + (uint32_t)(st * per) * kstride; };
   const i64 step = (i64)gridDim.x * ROWS;
   const i64 first = (i64)blockIdx.x * ROWS + grp;
   if (KIND == RMS) b = nullptr;  // RMSNorm has no bias (rms_norm passes none)
@@ -661,54 +661,51 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
   auto issue = [&](i64 row, int st) {  // this thread's vectors of `row` (and of its residual) into stage st
     if (row >= rows) return;
     const i64 off = row * (i64)hidden;
+    const uint32_t s0 = stage(st);
     for (int k = 0; k < nvr; ++k) {
       const int v = k * G + t;
       if (v < body) {
-        cp_async_16(smem_u32(slot(st, k)), x + off + (i64)v * VEC, true);
-        if (RES) cp_async_16(smem_u32(slot(st, nvr + k)), res + off + (i64)v * VEC, true);
+        cp_async_16(s0 + k * kstride, x + off + (i64)v * VEC, true);
+        if (RES) cp_async_16(s0 + (nvr + k) * kstride, res + off + (i64)v * VEC, true);
       }
     }
   };
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    issue(first + s * step, s);
-    cp_async_commit();
-  }
+  auto lds = [](uint32_t a) {
+    V r;
+    *reinterpret_cast<uint4*>(r.v) = lds_16(a);
+    return r;
+  };
 
-  int st = 0;
-  for (i64 row = first; row < rows; row += step) {
-    issue(row + (STAGES - 1) * step, (st + STAGES - 1) % STAGES);
-    cp_async_commit();
-    cp_async_wait<STAGES - 1>();  // this row's copies (this thread's) have landed
+  // ---- one row from stage address s0. This thread's vectors k * G + t of the row are those with k < kn (the
+  // same in every row): the loops run to kn, with no test per vector (a test, its branch and the slot address it
+  // recomputed cost about 1.5 instructions an element over the three passes)
+  const int kn = min(nvr, max(0, (body - t + G - 1) / G));
+  auto do_row = [&](const i64 row, const uint32_t s0) {
     const i64 off = row * (i64)hidden;
-
     // ---- statistics (and h = x + residual, stored to HBM and back into the x slot). The row is on chip, so
     // LayerNorm takes the exact two-pass formula: the sum, then the squared deviations from the mean over the
     // staged row again (Welford/Chan merges cost a division per vector; with bf16 rows of 32K the kernel ran at
     // 0.74 of copy where RMSNorm, one plain sum, ran at 0.88)
     float ss = 0.f;  // LayerNorm: the sum of h; RMSNorm: the sum of h^2
+    const uint32_t r0 = s0 + nvr * kstride;  // RES: the residual's slots
 #pragma unroll 4
-    for (int k = 0; k < nvr; ++k) {
-      const int v = k * G + t;
-      if (v < body) {
-        V a = V::load(slot(st, k));
-        if (RES) {
-          const V r = V::load(slot(st, nvr + k));
+    for (int k = 0; k < kn; ++k) {
+      V a = lds(s0 + k * kstride);
+      if (RES) {
+        const V r = lds(r0 + k * kstride);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) a.v[i] = from_float<T>(to_float(a.v[i]) + to_float(r.v[i]));
-          a.store(hout + off + (i64)v * VEC);
-          a.store(slot(st, k));
-        }
-        float f[VEC];
+        for (int i = 0; i < VEC; ++i) a.v[i] = from_float<T>(to_float(a.v[i]) + to_float(r.v[i]));
+        a.store(hout + off + (i64)(k * G + t) * VEC);
+        sts_16(s0 + k * kstride, *reinterpret_cast<const uint4*>(a.v));
+      }
+      float f[VEC];
+      to_floats(a, f);
+      if (KIND == LAYER) {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) f[i] = to_float(a.v[i]);
-        if (KIND == LAYER) {
+        for (int i = 0; i < VEC; ++i) ss += f[i];
+      } else {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) ss += f[i];
-        } else {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
-        }
+        for (int i = 0; i < VEC; ++i) ss = fmaf(f[i], f[i], ss);
       }
     }
     float mu = 0.f, rstd;
@@ -717,12 +714,11 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
            (float)hidden;
       float q = 0.f;
 #pragma unroll 4
-      for (int k = 0; k < nvr; ++k) {
-        if (k * G + t < body) {
-          const V a = V::load(slot(st, k));
+      for (int k = 0; k < kn; ++k) {
+        float f[VEC];
+        to_floats(lds(s0 + k * kstride), f);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - mu; q = fmaf(d, d, q); }
-        }
+        for (int i = 0; i < VEC; ++i) { const float d = f[i] - mu; q = fmaf(d, d, q); }
       }
       q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
       rstd = rsqrtf(q / (float)hidden + eps);
@@ -737,34 +733,45 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
 
     // ---- y = (h - mean) * rstd * w + b, from the staged row
     auto emit = [&](int k, const float (&wv)[VEC], const float (&bv)[VEC]) {
-      const V a = V::load(slot(st, k));
+      float f[VEC];
+      to_floats(lds(s0 + k * kstride), f);
       V o;
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        const float r = (to_float(a.v[i]) - mu) * rstd;
+        const float r = (f[i] - mu) * rstd;
         o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
       }
       o.store(y + off + (k * G + t) * VEC);
     };
 #pragma unroll
     for (int k = 0; k < NH; ++k) {  // weights held in registers
-      if (k < nvr && k * G + t < body) {
+      if (k < kn) {
         float wv[VEC], bv[VEC];
-        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
-        if (b) unpack<W, VEC>(opaque(breg[k]), bv);
+        if (w) to_floats(opaque(wreg[k]), wv);
+        if (b) to_floats(opaque(breg[k]), bv);
         emit(k, wv, bv);
       }
     }
 #pragma unroll 4
-    for (int k = NH; k < nvr; ++k) {  // weights loaded per row
-      const int v = k * G + t;
-      if (v < body) {
-        float wv[VEC], bv[VEC];
-        if (w) load_params<W, VEC>(w, v * VEC, true, wv);
-        if (b) load_params<W, VEC>(b, v * VEC, true, bv);
-        emit(k, wv, bv);
-      }
+    for (int k = NH; k < kn; ++k) {  // weights loaded per row
+      float wv[VEC], bv[VEC];
+      if (w) load_params<W, VEC>(w, (k * G + t) * VEC, true, wv);
+      if (b) load_params<W, VEC>(b, (k * G + t) * VEC, true, bv);
+      emit(k, wv, bv);
     }
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    issue(first + s * step, s);
+    cp_async_commit();
+  }
+  int st = 0;
+  for (i64 row = first; row < rows; row += step) {
+    issue(row + (STAGES - 1) * step, (st + STAGES - 1) % STAGES);
+    cp_async_commit();
+    cp_async_wait<STAGES - 1>();  // this row's copies (this thread's) have landed
+    do_row(row, stage(st));
     st = (st + 1) % STAGES;
   }
   cp_async_wait<0>();

@@ -74,6 +74,23 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
   }
 };
 
+// The N elements of a vector as floats. bfloat16 pairs convert with one integer operation an element (the low
+// half shifted up, the high half masked: a bfloat16 is the top half of its float), where __bfloat162float on each
+// element took two for the high halves (a byte permute, then the shift).
+template <typename T, int N> __device__ __forceinline__ void to_floats(const Vec<T, N>& a, float (&f)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = to_float(a.v[i]);
+}
+template <int N> __device__ __forceinline__ void to_floats(const Vec<__nv_bfloat16, N>& a, float (&f)[N]) {
+  static_assert(N % 2 == 0, "pairs");
+  const unsigned* u = reinterpret_cast<const unsigned*>(a.v);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
 // Elements per 16-byte access.
 template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); };
 
