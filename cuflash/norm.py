@@ -147,15 +147,16 @@ def _held(table, dt, wdt):
     return table[0 if dt == _dtypes.float32 else 1 if wdt == dt else 2]
 
 
-def _stream_held(dt, wdt, kind, warp=False):
+def _stream_held(dt, wdt, kind, warp=False, res=False):
     """NH of norm_fwd_stream: its occupancy is bound by shared memory (one 512-thread block per SM, two
     256-thread blocks on the warp path), so it holds up to 8 chunks (its block-path rows have >= 8 per thread)
-    within a budget of 64 registers (32 on the warp path, whose launch bounds promise two blocks): a chunk of
-    weight (and bias) vectors takes 4 registers per array, 8 for float32 weights with 16-bit inputs."""
+    within a budget of 64 registers (32 on the warp path, whose launch bounds promise two blocks; 48 on the block
+    path with a residual: 16-bit LayerNorm spilled 16-32 bytes for sm_80 at 64): a chunk of weight (and bias)
+    vectors takes 4 registers per array, 8 for float32 weights with 16-bit inputs."""
     if not HOLD:
         return 0
     regs = (2 if kind == LAYER else 1) * 16 // np.dtype(dt).itemsize * np.dtype(wdt).itemsize // 4
-    return min(8, (32 if warp else 64) // regs)
+    return min(8, (32 if warp else 48 if res else 64) // regs)
 
 
 def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False, smemc=False):
@@ -183,7 +184,7 @@ def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False
 def _stream_name(dt, wdt, kind, res=False, warp=False, stages=None):
     """``stages``: rows in shared memory per group (the kernel's default: 3 on the warp path, 2 on the block path)."""
     b = lambda v: "true" if v else "false"  # noqa: E731
-    nh = _stream_held(dt, wdt, kind, warp)
+    nh = _stream_held(dt, wdt, kind, warp, res)
     st = "" if stages in (None, 3 if warp else 2) else f", {stages}"
     return (f"cuflash::norm_fwd_stream<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nh}, {b(res)}, "
             f"{b(warp)}{st}>")
