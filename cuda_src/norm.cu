@@ -613,7 +613,9 @@ __global__ void __cluster_dims__(CL, 1, 1)
 // Here each thread stages its vectors of the next STAGES - 1 rows in shared memory with cp.async (no registers
 // while in flight) and works on the current row from shared memory: the loads of later rows overlap the
 // statistics and the stores of this one.
-//   WARP: a warp per row (blockDim.x / 32 rows per block at a time), STAGES = 3; else a block per row, STAGES = 2.
+//   WARP: a warp per row (blockDim.x / 32 rows per block at a time), STAGES = 3; else a block per row, STAGES = 3
+//   where three rows fit in shared memory (two rows in flight while one is worked on: with one 512-thread block
+//   an SM, the bytes in flight per SM are what the stages ahead hold), else 2.
 //   Thread t of a row's G threads owns vectors v = k * G + t, k < nvr. Each thread reads back only the shared
 //   slots it filled itself, so cp.async.wait_group alone orders them (no barrier). Slot layout
 //   [stage][k][thread] keeps a warp's 16-byte accesses on distinct banks. With RES the stage also holds the
@@ -623,13 +625,13 @@ __global__ void __cluster_dims__(CL, 1, 1)
 //   later chunks load theirs per row. Shared memory, not registers, bounds this kernel's occupancy (one 512-thread
 //   block, or two 256-thread warp-path blocks of <= 100 KiB, per SM), hence the explicit minimum blocks: without
 //   it ptxas held some instantiations to 64 registers and spilled.
-template <typename T, typename W, int KIND, int NH, bool RES, bool WARP>
+template <typename T, typename W, int KIND, int NH, bool RES, bool WARP, int STAGES = WARP ? 3 : 2>
 __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_stream(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
     const i64 rows, const int hidden, const float eps, const int nvr) {
   constexpr int VEC = Vec16<T>::N;
-  constexpr int STAGES = WARP ? 3 : 2;
+  static_assert(STAGES == 2 || STAGES == 3, "rows staged: the current one and one or two ahead");
   typedef Vec<T, VEC> V;
   extern __shared__ __align__(16) unsigned char dsmem[];
   V* ring = reinterpret_cast<V*>(dsmem);

@@ -49,6 +49,8 @@ STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte 
                              # as fast or faster from registers on the H200: experiments/norm_tune.py)
 STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp per row (4 KiB rows)
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
+STREAM_STAGES = 3            # block path: rows staged in shared memory (this one and the next two) where three
+                             # fit, else 2; 2: always two (as before)
 FWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: forward rows of whole 16-byte vectors, at least
                                # FWD_CLUSTER_MIN_VECS of them, split over a thread-block cluster (norm_fwd_cluster),
                                # the smallest size that leaves each block at most 4 * FWD_CLUSTER_MAX_THREADS
@@ -145,15 +147,16 @@ def _held(table, dt, wdt):
     return table[0 if dt == _dtypes.float32 else 1 if wdt == dt else 2]
 
 
-def _stream_held(dt, wdt, kind, warp=False):
+def _stream_held(dt, wdt, kind, warp=False, res=False):
     """NH of norm_fwd_stream: its occupancy is bound by shared memory (one 512-thread block per SM, two
     256-thread blocks on the warp path), so it holds up to 8 chunks (its block-path rows have >= 8 per thread)
-    within a budget of 64 registers (32 on the warp path, whose launch bounds promise two blocks): a chunk of
-    weight (and bias) vectors takes 4 registers per array, 8 for float32 weights with 16-bit inputs."""
+    within a budget of 64 registers (32 on the warp path, whose launch bounds promise two blocks; 48 on the block
+    path with a residual: 16-bit LayerNorm spilled 16-32 bytes for sm_80 at 64): a chunk of weight (and bias)
+    vectors takes 4 registers per array, 8 for float32 weights with 16-bit inputs."""
     if not HOLD:
         return 0
     regs = (2 if kind == LAYER else 1) * 16 // np.dtype(dt).itemsize * np.dtype(wdt).itemsize // 4
-    return min(8, (32 if warp else 64) // regs)
+    return min(8, (32 if warp else 48 if res else 64) // regs)
 
 
 def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False, smemc=False):
@@ -178,11 +181,13 @@ def _fwd_name(dt, wdt, kind, res=False, warp=False, two_pass=None, aligned=False
             f"{b(res)}, {b(warp)}, {b(two_pass)}, {b(two_pass and aligned)}, {b(smemc and not warp)}>")
 
 
-def _stream_name(dt, wdt, kind, res=False, warp=False):
+def _stream_name(dt, wdt, kind, res=False, warp=False, stages=None):
+    """``stages``: rows in shared memory per group (the kernel's default: 3 on the warp path, 2 on the block path)."""
     b = lambda v: "true" if v else "false"  # noqa: E731
-    nh = _stream_held(dt, wdt, kind, warp)
+    nh = _stream_held(dt, wdt, kind, warp, res)
+    st = "" if stages in (None, 3 if warp else 2) else f", {stages}"
     return (f"cuflash::norm_fwd_stream<{_dtypes.ctype(dt)}, {_dtypes.ctype(wdt)}, {kind}, {nh}, {b(res)}, "
-            f"{b(warp)}>")
+            f"{b(warp)}{st}>")
 
 
 def _fwd_cluster_name(dt, wdt, kind, res, c, hold=False, prefetch=0):
@@ -220,6 +225,7 @@ def _declare():
             for kind in (LAYER, RMS):
                 names += [f(dt, wdt, kind, res, warp) for f in (_fwd_name, _stream_name)
                           for res in (False, True) for warp in (False, True)]
+                names += [_stream_name(dt, wdt, kind, res, False, 3) for res in (False, True)]
                 if kind == LAYER:  # block path, row in registers; both paths' aligned two-pass kernels
                     names += [_fwd_name(dt, wdt, kind, res, warp, True, aligned)
                               for res in (False, True) for warp in (False, True) for aligned in (False, True)
@@ -371,13 +377,14 @@ def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
         nvr = math.ceil(body / 32)
         rpb = 8 if stages * arrays * nvr * 16 * 256 <= 100 * 1024 else 4
     else:
-        warp, rpb, stages = False, 1, 2
+        warp, rpb = False, 1
         G = min(MAX_THREADS, 32 * math.ceil(body / STREAM_VECS_PER_THREAD / 32))
         nvr = math.ceil(body / G)
+        stages = STREAM_STAGES if STREAM_STAGES * arrays * nvr * 16 * G <= budget else 2
     smem = stages * arrays * nvr * 16 * G * rpb
     if smem > budget:
         return None
-    kern = _compile.get_kernel(_SRC, _stream_name(dt, wdt, kind, res, warp))
+    kern = _compile.get_kernel(_SRC, _stream_name(dt, wdt, kind, res, warp, stages))
     cap = _resident_blocks(kern, G * rpb, smem, dev) * _compile.sm_count(dev)
     return FwdPlan(True, kern, G, rpb, 0, 0, smem, cap, nvr)
 
@@ -401,7 +408,7 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
     registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block),
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
-           STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
+           STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, STREAM_STAGES, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
            FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES,
            FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE)
     cfg = _FWD_CFG.get(key)
