@@ -360,7 +360,8 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
         if (b) load_params<W, VEC>(b, col, pvec, bv);
       }
       V o;
-      if constexpr (KIND == LAYER) {  // bfloat16 pairs by one integer op an element (RMSNorm: see h_floats)
+      if constexpr (KIND == LAYER) {  // bfloat16 pairs by one integer op an element (to_floats; RMSNorm keeps the
+                                      // per-element form: with to_floats four of its instantiations spilled)
         float f[VEC];
         to_floats(a, f);
 #pragma unroll
