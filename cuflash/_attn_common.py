@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes
+from . import _compile, _dtypes
 
 NATIVE_HEAD_DIMS = (32, 64, 96, 128, 256)
 DTYPES = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32)
@@ -196,6 +196,14 @@ def pad_head_dim(a, d_to: int):
     out = cupy.zeros(a.shape[:-1] + (d_to,), dtype=a.dtype)
     out[..., :d] = a
     return out
+
+
+def check_grid_yz(p: AttnProblem) -> None:
+    """ValueError for more batches or heads_q than a grid dimension takes (65535): the tiled kernels launch
+    (tiles, heads, batch) grids. Raised before any device query or allocation."""
+    if max(p.batch, p.heads_q) > _compile.GRID_MAX[1]:
+        raise ValueError(f"batch ({p.batch}) and heads_q ({p.heads_q}) must be at most {_compile.GRID_MAX[1]} (the "
+                         f"kernels' grid.y / grid.z), got q {p.q.shape}")
 
 
 def prepare(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), dtypes=DTYPES) -> AttnProblem:

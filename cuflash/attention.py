@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 from . import _attention_sm90, _compile, _dtypes
-from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, head_dim_text, last_axis_contiguous, pad_head_dim,
-                           parse_block_sizes, prepare)
+from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, check_grid_yz, head_dim_text, last_axis_contiguous,
+                           pad_head_dim, parse_block_sizes, prepare)
 
 SOURCE = "attention_fwd.cu"
 SCHEDULES = ("auto", "fa2", "fa1", "standard", "wgmma")
@@ -160,7 +160,8 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         pair (a dict, a set) or with non-int entries.
     ValueError : wrong ranks, k and v of different shapes, mismatched batch / head_dim, heads_q not a multiple
         of heads_kv, head_dim outside 1..256, q / k / v on different devices, batch, heads or seqlen_q +
-        seqlen_k of 2^31 or more, more batches or heads than a grid dimension takes (65535), a ``softmax_scale``
+        seqlen_k of 2^31 or more, more batches or heads than a grid dimension takes (65535; not for ``"fa1"`` and
+        ``"standard"``, checked before any device query or allocation), a ``softmax_scale``
         not finite in float32,
         ``window_size`` not a pair or an entry < -1, unknown schedule, ``"wgmma"`` where it does not apply
         (not cc 9.0, float32 or head_dim > 128), block_sizes malformed (floats included), not instantiated or
@@ -173,6 +174,8 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if block_sizes is not None:  # the format, on every schedule (the kernels check the values they instantiate)
         parse_block_sizes(block_sizes, (2, 3))
+    if schedule not in ("fa1", "standard"):  # (fa1 maps batch x heads to grid.x; standard runs CuPy matmuls)
+        check_grid_yz(p)
     if (schedule == "auto" and block_sizes is None and AUTO_WGMMA and p.head_dim >= AUTO_WGMMA_MIN_HEAD_DIM
             and _attention_sm90.supports(p)):
         schedule = "wgmma"  # the Hopper kernel is the default on compute capability 9.0

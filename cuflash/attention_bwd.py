@@ -70,8 +70,8 @@ import math
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, as_cupy, head_dim_text, last_axis_contiguous, pad_head_dim,
-                           parse_block_sizes, prepare)
+from ._attn_common import (NATIVE_HEAD_DIMS, as_bool, as_cupy, check_grid_yz, head_dim_text, last_axis_contiguous,
+                           pad_head_dim, parse_block_sizes, prepare)
 
 SOURCE = "attention_bwd.cu"
 BM = 64           # Br: query rows per Q tile of the tensor-core kernels
@@ -335,7 +335,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         ``window_size`` cases of :func:`cuflash.attention`.
     ValueError : the q / k / v, ``softmax_scale`` and ``window_size`` cases of :func:`cuflash.attention`
         (ranks, shapes, sizes, head_dim outside 1..256, heads, devices, scale not finite in float32, window not
-        a pair or < -1);
+        a pair or < -1); more than 65535 batches or query heads (a grid dimension), before any allocation;
         dout / out not of q's shape or lse not of shape (batch, heads_q, seqlen_q); dout, out or lse on
         another device than q; block_sizes malformed (also for float32) or not instantiated;
         ``ConfigurationError`` (a ValueError) when shared memory does not fit the device.
@@ -344,6 +344,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
 
     dout = as_cupy(dout, "dout")  # arguments are checked in signature order
     p = prepare(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+    check_grid_yz(p)
     out, lse = as_cupy(out, "out"), as_cupy(lse, "lse")
     B, Hq, Hkv, Sq, Sk, D = p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim
     dt = p.dtype

@@ -341,11 +341,19 @@ def _i64(v):
     return np.int64(v)
 
 
+def _empty_reduction(x, axis):
+    """scipy's error for softmax / log_softmax over an empty axis."""
+    return ValueError(f"zero-size array to reduction operation maximum which has no identity (shape {x.shape}, "
+                      f"axis {axis})")
+
+
 def _prepare(x, axis, op, method, partition):
     import cupy
 
     _check_method(method)  # the argument errors come first, before any device query
-    _axes(axis, x.ndim)
+    axes = _axes(axis, x.ndim)
+    if op < OP_LSE and math.prod(x.shape[i] for i in axes) == 0:
+        raise _empty_reduction(x, axis)
     dev = cupy.cuda.runtime.getDevice()
     key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
            None if partition is None else tuple(sorted(partition.items())))
@@ -369,8 +377,7 @@ def _make_prep(x, axis, op, method, partition, dev):
     pr.n = math.prod(x.shape[i] for i in axes)
     pr.plan = None
     if op < OP_LSE and pr.n == 0:
-        pr.error = ValueError("zero-size array to reduction operation maximum which has no identity "
-                              f"(shape {x.shape}, axis {axis})")
+        pr.error = _empty_reduction(x, axis)
         return pr
     keep = tuple(i for i in range(x.ndim) if i not in axes)
     pr.perm = keep + axes

@@ -173,3 +173,38 @@ def test_accepted_inputs_on_the_gpu(cp):
     xn, vals = placed(2, 32, 6, 322)
     np.testing.assert_allclose(cp.asnumpy(cuflash.layer_norm(xn, (32,))), reference.layer_norm(vals, (32,))[0],
                                rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 65536, 1, 64), (65536, 1, 1, 64)], ids=["heads", "batch"])
+def test_attention_grid_limits_before_any_device_query(shape, monkeypatch):
+    """More than 65535 query heads or batches (the kernels' grid.y / grid.z): ValueError from the argument checks,
+    before the device is asked anything or an output allocated (on this machine a device query would fail)."""
+    import cupy
+
+    def no_device(*a, **kw):
+        raise AssertionError("device queried before the argument checks")
+
+    monkeypatch.setattr(cupy.cuda.runtime, "getDevice", no_device)
+    monkeypatch.setattr(_compile, "compute_capability", no_device)
+    monkeypatch.setattr(_compile, "sm_count", no_device)
+    q = free(shape, BF16)
+    for schedule in ("auto", "fa2", "wgmma"):
+        with pytest.raises(ValueError, match="65535"):
+            cuflash.attention(q, q, q, schedule=schedule)
+    with pytest.raises(ValueError, match="65535"):
+        cuflash.attention_backward(q, q, q, q, q, free(shape[:3], np.float32))
+
+
+@pytest.mark.parametrize("fn", [cuflash.softmax, cuflash.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_empty_reduction_before_any_device_query(fn, monkeypatch):
+    """softmax / log_softmax over an empty axis: scipy's ValueError from the argument checks, before any device
+    query (logsumexp and the state are defined there: -inf, (-inf, 0))."""
+    import cupy
+
+    def no_device(*a, **kw):
+        raise AssertionError("device queried before the argument checks")
+
+    monkeypatch.setattr(cupy.cuda.runtime, "getDevice", no_device)
+    for shape, axis in (((4, 0), -1), ((0, 3), 0), ((2, 0, 3), (1, 2)), ((0,), None)):
+        with pytest.raises(ValueError, match="zero-size array"):
+            fn(free(shape, np.float32), axis=axis)
