@@ -334,17 +334,11 @@ _PREP: dict = {}
 
 class _Prep:
     __slots__ = ("rows", "n", "direct", "perm", "moved_shape", "out_shape", "plan", "kernels", "args", "grid",
-                 "block", "acc", "chunks", "error", "smem")
+                 "block", "acc", "chunks", "smem")
 
 
 def _i64(v):
     return np.int64(v)
-
-
-def _empty_reduction(x, axis):
-    """scipy's error for softmax / log_softmax over an empty axis."""
-    return ValueError(f"zero-size array to reduction operation maximum which has no identity (shape {x.shape}, "
-                      f"axis {axis})")
 
 
 def _prepare(x, axis, op, method, partition):
@@ -352,8 +346,9 @@ def _prepare(x, axis, op, method, partition):
 
     _check_method(method)  # the argument errors come first, before any device query
     axes = _axes(axis, x.ndim)
-    if op < OP_LSE and math.prod(x.shape[i] for i in axes) == 0:
-        raise _empty_reduction(x, axis)
+    if op < OP_LSE and math.prod(x.shape[i] for i in axes) == 0:  # scipy's error for an empty softmax axis
+        raise ValueError(f"zero-size array to reduction operation maximum which has no identity (shape {x.shape}, "
+                         f"axis {axis})")
     dev = cupy.cuda.runtime.getDevice()
     key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
            None if partition is None else tuple(sorted(partition.items())))
@@ -371,14 +366,10 @@ def _make_prep(x, axis, op, method, partition, dev):
     dt = x.dtype
     axes = _axes(axis, x.ndim)
     pr = _Prep()
-    pr.error = None
     pr.acc = _dtypes.float64 if dt == _dtypes.float64 else _dtypes.float32
     pr.rows = math.prod(x.shape[i] for i in range(x.ndim) if i not in axes)
     pr.n = math.prod(x.shape[i] for i in axes)
-    pr.plan = None
-    if op < OP_LSE and pr.n == 0:
-        pr.error = _empty_reduction(x, axis)
-        return pr
+    pr.plan = None  # (softmax over an empty axis was refused by _prepare)
     keep = tuple(i for i in range(x.ndim) if i not in axes)
     pr.perm = keep + axes
     pr.moved_shape = tuple(x.shape[i] for i in pr.perm)
@@ -519,8 +510,6 @@ def _softmax_impl(x, axis=None, op=OP_SOFTMAX, method="online", partition=None, 
         r = _softmax_impl(x.reshape(1), None, op, method, partition, return_plan)
         return (r[0].reshape(()), r[1]) if return_plan else r.reshape(())
     pr = _prepare(x, axis, op, method, partition)
-    if pr.error is not None:
-        raise pr.error
     if pr.plan is None:  # an empty array with a non-empty reduced axis
         y = cupy.empty(x.shape, dtype=x.dtype)
         return (y, None) if return_plan else y

@@ -38,3 +38,25 @@ for k in t[0]:
     print(*k, f"| {a:.0f} / {b:.0f} | {b / a:.3f} | {b / c:.3f}")
 PY
 }
+# norm_vs_tree NAME ROUNDS ARGS: same-run A/B of experiments/norm_sweep.py ARGS, main's tree (abm/) against this one,
+# ROUNDS times interleaved, into experiments/results/NAME_{tree,here}_<round>.json; prints tree / here fractions of
+# copy and their ratio, with the max abs errors, per (op, kind, dtype, hidden).
+norm_vs_tree() {
+  for r in $(seq "$2"); do
+    (cd abm && PYTHONPATH=. timeout 90 python experiments/norm_sweep.py $3 --name "$1_tree_$r" > /dev/null 2>&1)
+    cp abm/experiments/results/"$1_tree_$r".* experiments/results/ 2>/dev/null
+    timeout 90 python experiments/norm_sweep.py $3 --name "$1_here_$r" > /dev/null 2>&1
+  done
+  python - "$1" "$2" <<'PY'
+import json, sys
+def load(n):
+    return {(r["op"], r["kind"], r["dtype"], r["hidden"]): r for r in json.load(open(f"experiments/results/{n}.json"))["rows"]
+            if r["impl"] == "cuflash"}
+for r in range(1, int(sys.argv[2]) + 1):
+    t, h = load(f"{sys.argv[1]}_tree_{r}"), load(f"{sys.argv[1]}_here_{r}")
+    for k in sorted(h):
+        print(r, k, "tree %.3f here %.3f x%.3f  err %.2g / %.2g" % (t[k]["frac_copy"], h[k]["frac_copy"],
+              h[k]["frac_copy"] / t[k]["frac_copy"], t[k]["max_abs_err"], h[k]["max_abs_err"]))
+PY
+  pack
+}
