@@ -603,7 +603,9 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
 // merge), summed by a butterfly of additions (commutative: every lane gets the same bits) and over the warps in
 // warp order. The same value as a tree of merges, which costs two expf per level (ten levels for 256 threads:
 // ~380 instructions a thread a row, against ~110 here, when a thread holds only 64-128 elements of the row).
-// red: [2][THREADS / 32] floats; three block barriers (the first keeps the previous row's readers ahead).
+// red: [2][THREADS / 32] floats; two block barriers. Row to row, none is needed before the first write: a thread
+// writes red[0] of the next row only after the second barrier of this one, which every thread reaches after its
+// reads of red[0]; it writes red[1] after the next row's first barrier, after every thread's reads of red[1].
 template <int THREADS>
 __device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s, float (*red)[THREADS / 32]) {
   constexpr int NW = THREADS / 32;
@@ -611,7 +613,6 @@ __device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s
   float m = s.m;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __syncthreads();  // the previous row's reads of red are done
   if (lane == 0) red[0][warp] = m;
   __syncthreads();
   m = red[0][0];
