@@ -821,9 +821,9 @@ def test_cluster_is_deterministic(rng, cp):
 
 
 _RACECHECK_CHILD = """
-import sys, numpy as np, cupy as cp
+import importlib, sys, numpy as np, cupy as cp
 sys.path.insert(0, '.')
-import cuflash.softmax as sm
+sm = importlib.import_module('cuflash.softmax')
 from cuflash import _dtypes
 rng = np.random.default_rng()
 for dt in (np.float32, _dtypes.bfloat16):
