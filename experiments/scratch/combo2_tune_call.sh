@@ -12,6 +12,6 @@ import json
 d = json.load(open("experiments/results/sm_bs2_tune.json"))
 for r in d["rows"]:
     if r["impl"].startswith("cuflash"):
-        print(r["dtype"], r["cols"], r["impl"], r.get("partition"), r.get("path"), r.get("chunks"), "%.3f" % r["frac_of_copy"])
+        print(r["dtype"], r["cols"], r["impl"], r["method"], r.get("path"), r.get("chunks"), "%.3f" % r["frac_of_copy"])
 PY
 pack
