@@ -185,10 +185,14 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     Welford st = Welford::identity();
     float ss = 0.f;
     auto stats_vec = [&](const V& a0) {
-      const V a = opaque(a0);
       float f[VEC];
+      if constexpr (KIND == LAYER) {
+        to_floats(opaque(a0), f);
+      } else {
+        const V a = opaque(a0);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) f[i] = to_float(a.v[i]);
+        for (int i = 0; i < VEC; ++i) f[i] = to_float(a.v[i]);
+      }
       if (KIND == LAYER) {
         welford_push_vec<VEC>(st, f);
       } else {
@@ -207,9 +211,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
+          float f[VEC];
+          to_floats(opaque(reg[k]), f);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) acc += to_float(a.v[i]);
+          for (int i = 0; i < VEC; ++i) acc += f[i];
         }
       return acc;
     };
@@ -217,9 +222,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (k * G + t < rs.body) {
-          const V a = opaque(reg[k]);
+          float f[VEC];
+          to_floats(opaque(reg[k]), f);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - m; acc = fmaf(d, d, acc); }
+          for (int i = 0; i < VEC; ++i) { const float d = f[i] - m; acc = fmaf(d, d, acc); }
         }
       return acc;
     };
@@ -299,9 +305,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       if constexpr (two_pass && SMEMC) {  // and over the shared-memory chunks (h, written there by pass 1)
         for (int k = 0; k < nsm; ++k)
           if ((NV + k) * G + t < rs.body) {
-            const V a = cache[k * G + t];
+            float f[VEC];
+            to_floats(cache[k * G + t], f);
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) sum += to_float(a.v[i]);
+            for (int i = 0; i < VEC; ++i) sum += f[i];
           }
       }
       sum = (WARP ? warp_allreduce<32>(Sum1{sum}, Sum1Op()) : block_allreduce(Sum1{sum}, Sum1Op(), red_s)).a;
@@ -313,9 +320,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       if constexpr (two_pass && SMEMC) {
         for (int k = 0; k < nsm; ++k)
           if ((NV + k) * G + t < rs.body) {
-            const V a = cache[k * G + t];
+            float f[VEC];
+            to_floats(cache[k * G + t], f);
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) { const float d = to_float(a.v[i]) - mu; q = fmaf(d, d, q); }
+            for (int i = 0; i < VEC; ++i) { const float d = f[i] - mu; q = fmaf(d, d, q); }
           }
       }
       q = (WARP ? warp_allreduce<32>(Sum1{q}, Sum1Op()) : block_allreduce(Sum1{q}, Sum1Op(), red_s)).a;
@@ -352,10 +360,21 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
         if (b) load_params<W, VEC>(b, col, pvec, bv);
       }
       V o;
+      if constexpr (KIND == LAYER) {  // bfloat16 pairs by one integer op an element (to_floats; RMSNorm keeps the
+                                      // per-element form: with to_floats four of its instantiations spilled)
+        float f[VEC];
+        to_floats(a, f);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float r = (to_float(a.v[i]) - mu) * rstd;
-        o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+        for (int i = 0; i < VEC; ++i) {
+          const float r = (f[i] - mu) * rstd;
+          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float r = (to_float(a.v[i]) - mu) * rstd;
+          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+        }
       }
       o.store(yr + v * VEC);
     };
@@ -515,9 +534,10 @@ __global__ void __cluster_dims__(CL, 1, 1)
       for (int k = 0; k < VPT; ++k) {
         c += (float)(min(32, max(0, body - (t - lane + k * G))) * VEC);
         if (t + k * G < body) {
-          const V a = opaque(reg[k]);
+          float f[VEC];
+          to_floats(opaque(reg[k]), f);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) s += to_float(a.v[i]);
+          for (int i = 0; i < VEC; ++i) s += f[i];
         }
       }
       s = warp_sum(s);

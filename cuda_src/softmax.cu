@@ -598,6 +598,37 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
                  "r"((unsigned)(b - a) * 16u), "l"(pol) : "memory");
 }
 
+// The block's state of a row from its threads' states, in every thread with the same bits: the max M by a
+// butterfly of maxima (exact), then each thread's l scaled to M once, l·e^(m−M) (rescale: expf, the edge cases of
+// merge), summed by a butterfly of additions (commutative: every lane gets the same bits) and over the warps in
+// warp order. The same value as a tree of merges, which costs two expf per level (ten levels for 256 threads:
+// ~380 instructions a thread a row, against ~110 here, when a thread holds only 64-128 elements of the row).
+// red: [2][THREADS / 32] floats; two block barriers. Row to row, none is needed before the first write: a thread
+// writes red[0] of the next row only after the second barrier of this one, which every thread reaches after its
+// reads of red[0]; it writes red[1] after the next row's first barrier, after every thread's reads of red[1].
+template <int THREADS>
+__device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s, float (*red)[THREADS / 32]) {
+  constexpr int NW = THREADS / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float m = s.m;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) red[0][warp] = m;
+  __syncthreads();
+  m = red[0][0];
+#pragma unroll
+  for (int w = 1; w < NW; ++w) m = nan_max(m, red[0][w]);
+  float l = __fmul_rn(s.l, rescale(s.m, m));  // not contracted into the first addition (lanes would differ)
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  if (lane == 0) red[1][warp] = l;
+  __syncthreads();
+  l = red[1][0];
+#pragma unroll
+  for (int w = 1; w < NW; ++w) l += red[1][w];
+  return {m, l};
+}
+
 // softmax_cluster<T, THREADS, C>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows
 // cluster-stride. seg: slots per block segment (the host picks ceil(row slots / C)); hold: slots of a segment held
 // in shared memory (the dynamic shared memory is hold x 16 bytes; the lse/state ops pass 0 and stream). Float
@@ -640,7 +671,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
                 "one block, a portable cluster size, or 16 (non-portable: the host allows it on the function)");
   extern __shared__ uint4 held_raw[];  // hold slots of the segment
   Slot<T>* held = reinterpret_cast<Slot<T>*>(held_raw);
-  __shared__ St red[32];
+  __shared__ float red[2][THREADS / 32];
   __shared__ float2 xch[2][C];                        // the C block states (m, l) of a row, by row parity
   __shared__ __align__(8) unsigned long long mbar[2];  // ... and the mbarriers their st.async complete on
 
@@ -712,13 +743,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
         accumulate<T, UH>(s, buf, MODE_ONLINE, (A)0);
       }
     }
-    s = block_allreduce(s, MergeOp(), red);
-    // lane 0's state everywhere: merge is not bitwise symmetric (a.l * ra + b.l * rb contracts to an fma around
-    // one of the products), so the lanes of a warp may hold states 1 ulp apart (every warp's lane 0 folded the
-    // same values in the same order), and thread q's own copy sent to block q would leave the blocks of a row
-    // with different statistics
-    s.m = __shfl_sync(0xffffffffu, s.m, 0);
-    s.l = __shfl_sync(0xffffffffu, s.l, 0);
+    s = block_state<THREADS>(s, red);  // the same bits in every thread (thread q's copy goes to block q)
 
     // 4. exchange the C block states through distributed shared memory; merge them in rank order (C > 1)
     if constexpr (C > 1) {

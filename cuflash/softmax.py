@@ -67,12 +67,14 @@ SPLIT_MIN_SLOTS = 256                   # chunks of rows split for parallelism a
 SPLIT_MAX_THREADS = 512                 # register split ("split_regs"): <= 512 threads x 8 slots = 64 KiB
 STREAM_THREADS, STREAM_UNROLL = (128, 512), 4  # streaming kernels: 4 slots in flight per thread per iteration
 # the cluster split (compute capability >= 9.0; softmax_cluster in cuda_src/softmax.cu)
-CLUSTER_ROW_BYTES = {2: (64 << 10, 2 << 20),  # rows of this many bytes take it (softmax/log_softmax), by
-                     4: (128 << 10, 2 << 20)}  # itemsize; None: never.
+CLUSTER_ROW_BYTES = {2: ((64 << 10) + 2, 2 << 20),  # rows of this many bytes take it (softmax/log_softmax), by
+                     4: (128 << 10, 2 << 20)}        # itemsize; None: never.
 # On the H200 (experiments/results/logs/softmax_cluster_probe.txt) 128-512 KiB rows ran at 0.70-0.86 of copy on
 # it against 0.58-0.81 on block/split; shorter rows are faster on the block path, longer ones on the split.
-# 16-bit rows of 64 KiB: C = 1 (a block per row, the row in shared memory) 0.93 against 0.90 on the block path
-# (float32 64 KiB rows: 0.93 against 0.95; experiments/results/softmax_probe_58889f9_*.json).
+# 16-bit rows of 64 KiB stay on the block path (0.896 of copy; C = 1, a block per row with the row in shared
+# memory, ran 0.895 with the merge-tree block reduction and 0.873-0.878 with block_state, which made C >= 2 3-9 %
+# faster: experiments/results/sm_bs2_*.json; float32 64 KiB rows: C = 1 0.93 against 0.95 on the block path,
+# experiments/results/softmax_probe_58889f9_*.json). C = 1 stays for study: partition={"path": "cluster", "cluster": 1}.
 # 1 MiB rows: C = 16, the row held in shared memory, float32 0.788 and bfloat16 0.715 of copy against 0.743 /
 # 0.697 at C = 8 (64 KiB of each 128 KiB segment held, the rest streamed); 2 MiB rows: C = 16 with 64 KiB of each
 # 128 KiB segment held, 0.701 / 0.650 against 0.692 / 0.628 on the split; 4 MiB rows stay on the split (0.69

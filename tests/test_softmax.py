@@ -820,6 +820,42 @@ def test_cluster_is_deterministic(rng, cp):
         assert bool((a == b).all())
 
 
+_RACECHECK_CHILD = """
+import importlib, sys, numpy as np, cupy as cp
+sys.path.insert(0, '.')
+sm = importlib.import_module('cuflash.softmax')
+from cuflash import _dtypes
+rng = np.random.default_rng()
+for dt in (np.float32, _dtypes.bfloat16):
+    for c in (1, 2):  # one cluster takes every row: the row loop reuses the block's shared memory 9 times
+        x = cp.asarray(rng.standard_normal((9, 5003)).astype(dt))
+        pr = sm._prepare(x, -1, sm.OP_SOFTMAX, 'online', {'path': 'cluster', 'cluster': c, 'clusters': 1})
+        y = cp.empty_like(x)
+        sm._exec(pr, x, sm.OP_SOFTMAX, 'online', y=y)
+cp.cuda.Device().synchronize()
+print('child done')
+"""
+
+
+@gpu
+def test_cluster_kernel_has_no_shared_memory_race():
+    """compute-sanitizer racecheck on the cluster kernel, one cluster looping over rows (C = 1, 2): the block
+    reduction's shared words are rewritten row after row with two barriers a row (block_state in softmax.cu)."""
+    import shutil
+    import subprocess
+    import sys
+
+    _needs_cluster()
+    tool = shutil.which("compute-sanitizer")
+    if tool is None:
+        pytest.skip("compute-sanitizer is not on the PATH")
+    r = subprocess.run([tool, "--tool", "racecheck", "--error-exitcode", "3", sys.executable, "-c", _RACECHECK_CHILD],
+                       capture_output=True, text=True, timeout=140, cwd=Path(__file__).resolve().parent.parent)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "child done" in out, out[-3000:]
+    assert "RACECHECK SUMMARY: 0 hazards" in out, out[-3000:]
+
+
 @gpu
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_cluster_chosen_automatically(dtype, rng, cp):
