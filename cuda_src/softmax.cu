@@ -30,8 +30,8 @@
 //              fits on chip): a row is split over the C blocks of a thread-block cluster (C = 2, 4, 8, fixed at
 //              compile time by __cluster_dims__, so an ordinary launch works; C = 1: a block per row, the row
 //              in shared memory). Block r of the cluster takes the
-//              r-th contiguous segment of the row: it copies the segment once into shared memory (cp.async,
-//              16-byte slots, evict-first: it is never read from L2 again), reduces it to a state, and the C
+//              r-th contiguous segment of the row: it copies the segment once into shared memory (bulk copies,
+//              cp.async.bulk, evict-first: it is never read from L2 again), reduces it to a state, and the C
 //              block states are exchanged through distributed shared memory: every block sends its state into
 //              a slot of every peer (st.async, completing on the peer's mbarrier), each block merges the C slots
 //              in rank order once they are in (the same bits in every block), and writes its segment's output
@@ -573,20 +573,12 @@ __global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typ
 
 // The cluster primitives (cluster_rank, cluster_send_f2, mbar_wait_cluster, ...): cuflash/cluster.cuh.
 
-// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy); its groups
-// are cuflash/async_copy.cuh's. The copies a thread issues become visible to that thread after
-// cp.async.wait_group: each thread of the cluster kernel reads back only the slots it copied itself, so no block
-// barrier guards the segment.
-__device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-               "l"(pol) : "memory");
-}
-// Wait until at most `pending` (0..3; a constant after unrolling) of this thread's committed groups are in flight.
-__device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  if (pending <= 0) cp_async_wait<0>();
-  else if (pending == 1) cp_async_wait<1>();
-  else if (pending == 2) cp_async_wait<2>();
-  else cp_async_wait<3>();
+// One bulk copy (sm_90) of `bytes` (a multiple of 16, 16-byte aligned both sides) from global to this block's
+// shared memory, completing on the mbarrier at `mbar` (its expected transaction bytes raised beforehand).
+__device__ __forceinline__ void bulk_copy_g2s(unsigned smem, const void* gmem, unsigned bytes, unsigned mbar,
+                                              unsigned long long pol) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+               "[%3], %4;\n" ::"r"(smem), "l"(gmem), "r"(bytes), "r"(mbar), "l"(pol) : "memory");
 }
 
 // Thread 0 asks L2 for the whole 16-byte slots [a, b) of a segment based at xb (16-byte aligned): one bulk
@@ -635,14 +627,16 @@ __device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s
 // accumulators (16- and 32-bit inputs).
 //
 // The schedule of one row, in block r (rank r of the cluster), thread t:
-//   1. copy: thread t issues cp.async for its held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4
-//      commit groups of consecutive k (group p covers slots [p·kq·THREADS, (p+1)·kq·THREADS)); the scalar head
-//      and tail slots of an unaligned row are loaded element by element (−inf padded) and stored by the thread;
+//   1. copy: thread t folds the held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4 groups of
+//      consecutive k (group p: slots [p·kq·THREADS, (p+1)·kq·THREADS)); thread 0 copies each group's whole slots
+//      by one bulk copy (cp.async.bulk, completing on the mbarrier cbar[p]) once every thread is past the previous
+//      row; the head and tail slots of an unaligned row are loaded element by element (−inf padded) by their
+//      thread;
 //   2. stream: the segment's slots past `hold` (only for rows longer than C·hold slots) are read with 16-byte
 //      loads (evict-last: they are read again in step 5), PF slots behind a bulk L2 prefetch that thread 0
 //      keeps ahead of them, and folded into the thread's state while the copies fly;
-//   3. reduce: wait for group p, fold its slots into the state, p = 0..3 (the later groups keep arriving);
-//      then the block's state (block_allreduce, fixed order);
+//   3. reduce: wait for group p (cbar[p], phase parity of the row counter), fold its slots into the state,
+//      p = 0..3 (the later groups keep arriving); then the block's state (block_state, the same bits everywhere);
 //   4. exchange (C > 1): warp 0 sends the block state to slot r of every block's `xch[parity]` (lane 0 its own
 //      slot and its arrival on the local mbarrier, lane q to block q by st.async, completing on block q's
 //      mbarrier); each block waits on its own mbarrier (no cluster-wide barrier per row) and merges
@@ -662,7 +656,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   typedef float A;
   typedef SoftmaxState<A> St;
   constexpr int VEC = Slot<T>::VEC;
-  constexpr int P = 4;   // cp.async commit groups per row: the reduction starts on the first quarter
+  constexpr int P = 4;   // bulk copies (groups) per row: the reduction starts on the first quarter
   constexpr int UH = 4;  // held slots folded per step (from shared memory)
   constexpr int US = 4;  // streamed slots in flight per thread (from L2, prefetched)
   constexpr int STEP = THREADS * US, PF = 8 * STEP;  // slots per streaming step; prefetch distance (128 KiB)
@@ -674,18 +668,20 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   __shared__ float red[2][THREADS / 32];
   __shared__ float2 xch[2][C];                        // the C block states (m, l) of a row, by row parity
   __shared__ __align__(8) unsigned long long mbar[2];  // ... and the mbarriers their st.async complete on
+  __shared__ __align__(8) unsigned long long cbar[P];  // the held part's P bulk copies complete on these
 
   const unsigned rank = C > 1 ? cluster_rank() : 0;
   const i64 nclusters = gridDim.x / C;
   const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
-  if constexpr (C > 1) {
-    if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < P; ++p) mbar_init(smem_u32(&cbar[p]), 1);
+    if constexpr (C > 1) {
       mbar_init(smem_u32(&mbar[0]), 1);
       mbar_init(smem_u32(&mbar[1]), 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    cluster_arrive_relaxed();  // "this block runs, its mbarriers are set": waited for before the first st.async
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  if constexpr (C > 1) cluster_arrive_relaxed();  // "this block runs, its mbarriers are set" (before st.async)
   bool waited = false;
   i64 it = 0;  // rows this cluster has taken
   for (i64 row = blockIdx.x / C; row < rows; row += nclusters, ++it) {
@@ -696,20 +692,30 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     const int kmax = (nh + THREADS - 1) / THREADS;  // held slots per thread (at most)
     const int kq = (kmax + P - 1) / P;              // ... per commit group
 
-    // 1. copy the held slots (asynchronously, P groups)
+    // 1. copy the held slots: thread 0 issues P bulk copies of the whole slots (group p: slots
+    //    [p·kq·THREADS, (p+1)·kq·THREADS), the ones its threads fold in step 3), each completing on cbar[p], once
+    //    every thread is past the previous row's reads of `held`; the head and tail slots of an unaligned row
+    //    (at most slot 0 and the last) are loaded element by element (−inf padded) by the thread that owns them
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic accesses of `held` before the
+    __syncthreads();                                                  // async proxy's writes of the next copies
+    const int w0 = c.lo > 0 ? 1 : 0, w1 = min(c.hi / VEC, nh);  // the whole slots [w0, w1) of the held part
+    if (threadIdx.x == 0) {
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int k1 = min((p + 1) * kq, kmax);
-      for (int k = p * kq; k < k1; ++k) {
-        const int j = threadIdx.x + k * THREADS, e = j * VEC;
-        if (j >= nh) break;
-        if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, drop);
-        else {  // head or tail slot: element loads, -inf padded
-          const Slot<T> r = load_slot<T>(xb, e, c.lo, c.hi);
-          held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
-        }
+      for (int p = 0; p < P; ++p) {
+        const int a = max(p * kq * THREADS, w0), b = min((p + 1) * kq * THREADS, w1);
+        const unsigned bytes = b > a ? (unsigned)(b - a) * 16u : 0u, mb = smem_u32(&cbar[p]);
+        mbar_arrive_expect_tx(mb, bytes);
+        if (bytes) bulk_copy_g2s(smem_u32(&held[a]), xb + (i64)a * VEC, bytes, mb, drop);
       }
-      cp_async_commit();
+    }
+    const int jt = max(w1, w0);  // the partial last slot of the held part, if jt < nh (then jt = nh − 1)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int j = q == 0 ? 0 : jt;
+      if ((q == 0 ? w0 > 0 && nh > 0 : jt < nh) && threadIdx.x == j % THREADS) {
+        const Slot<T> r = load_slot<T>(xb, j * VEC, c.lo, c.hi);
+        held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+      }
     }
 
     // 2. stream the slots past the held part (rows longer than the cluster's shared memory), PF slots of
@@ -731,7 +737,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     // 3. fold the held slots in as their groups land, then the block's state
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      cp_async_wait_pending(P - 1 - p);
+      mbar_wait(smem_u32(&cbar[p]), (unsigned)(it & 1));
       const int k1 = min((p + 1) * kq, kmax);
       for (int k = p * kq; k < k1; k += UH) {
         Slot<T> buf[UH];
