@@ -696,8 +696,10 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     //    [p·kq·THREADS, (p+1)·kq·THREADS), the ones its threads fold in step 3), each completing on cbar[p], once
     //    every thread is past the previous row's reads of `held`; the head and tail slots of an unaligned row
     //    (at most slot 0 and the last) are loaded element by element (−inf padded) by the thread that owns them
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic accesses of `held` before the
-    __syncthreads();                                                  // async proxy's writes of the next copies
+    if (it > 0) {  // every thread is past the previous row's reads of `held` (and its generic accesses are
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ordered before the async proxy's writes)
+      __syncthreads();
+    }
     const int w0 = c.lo > 0 ? 1 : 0, w1 = min(c.hi / VEC, nh);  // the whole slots [w0, w1) of the held part
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -735,6 +737,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     }
 
     // 3. fold the held slots in as their groups land, then the block's state
+    if (it == 0) __syncthreads();  // the mbarriers' initialisation, before any thread waits on them
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       mbar_wait(smem_u32(&cbar[p]), (unsigned)(it & 1));
