@@ -13,5 +13,5 @@ rm -rf abm/experiments/scratch abm/experiments/results/* && git rev-parse --shor
 git worktree add -f /tmp/abm_wt "$commit" -q
 # this checkout's script, run from the worktree (it imports the cuflash beside it: the tree's declared kernels)
 cp experiments/kcache_offline.py /tmp/abm_wt/experiments/kcache_offline_ab.py
-(cd /tmp/abm_wt && CUFLASH_DEVICE_ROOT=/work/main/abm python experiments/kcache_offline_ab.py "$dir" --match attention)
+(cd /tmp/abm_wt && CUFLASH_DEVICE_ROOT=/work/main/abm python experiments/kcache_offline_ab.py "$dir" --match "${MATCH:-attention}")
 git worktree remove --force /tmp/abm_wt
