@@ -60,3 +60,26 @@ for r in range(1, int(sys.argv[2]) + 1):
 PY
   pack
 }
+# softmax_vs_tree NAME ROUNDS ARGS: same-run A/B of experiments/softmax_sweep.py ARGS (online rows), main's tree
+# (abm/) against this one, ROUNDS times interleaved, into experiments/results/NAME_{tree,here}_<round>.json; prints
+# tree / here fractions of copy and their ratio, with the max rel errors, per (dtype, cols), with the path and C.
+softmax_vs_tree() {
+  for r in $(seq "$2"); do
+    (cd abm && PYTHONPATH=. timeout 90 python experiments/softmax_sweep.py $3 --name "$1_tree_$r" > /dev/null 2>&1)
+    cp abm/experiments/results/"$1_tree_$r".* experiments/results/ 2>/dev/null
+    timeout 90 python experiments/softmax_sweep.py $3 --name "$1_here_$r" > /dev/null 2>&1
+  done
+  python - "$1" "$2" <<'PY'
+import json, sys
+def load(n):
+    d = json.load(open(f"experiments/results/{n}.json"))
+    return {(r["dtype"], r["cols"]): r for r in d["rows"] if r["impl"] == "cuflash"}
+for r in range(1, int(sys.argv[2]) + 1):
+    t, h = load(f"{sys.argv[1]}_tree_{r}"), load(f"{sys.argv[1]}_here_{r}")
+    for k in sorted(h):
+        print(r, k, h[k]["path"], h[k]["chunks"], "tree %.3f here %.3f x%.3f  rel err %.2g / %.2g" % (
+              t[k]["frac_of_copy"], h[k]["frac_of_copy"], h[k]["frac_of_copy"] / t[k]["frac_of_copy"],
+              t[k]["max_rel_err"], h[k]["max_rel_err"]))
+PY
+  pack
+}
