@@ -38,15 +38,20 @@ for k in t[0]:
     print(*k, f"| {a:.0f} / {b:.0f} | {b / a:.3f} | {b / c:.3f}")
 PY
 }
+# sweep_rounds SCRIPT NAME ROUNDS ARGS: experiments/SCRIPT ARGS in main's tree (abm/) and in this one, ROUNDS times
+# interleaved, into experiments/results/NAME_{tree,here}_<round>.* (the loop of norm_vs_tree and softmax_vs_tree).
+sweep_rounds() {
+  for r in $(seq "$3"); do
+    (cd abm && PYTHONPATH=. timeout 90 python "experiments/$1" $4 --name "$2_tree_$r" > /dev/null 2>&1)
+    cp abm/experiments/results/"$2_tree_$r".* experiments/results/ 2>/dev/null
+    timeout 90 python "experiments/$1" $4 --name "$2_here_$r" > /dev/null 2>&1
+  done
+}
 # norm_vs_tree NAME ROUNDS ARGS: same-run A/B of experiments/norm_sweep.py ARGS, main's tree (abm/) against this one,
 # ROUNDS times interleaved, into experiments/results/NAME_{tree,here}_<round>.json; prints tree / here fractions of
 # copy and their ratio, with the max abs errors, per (op, kind, dtype, hidden).
 norm_vs_tree() {
-  for r in $(seq "$2"); do
-    (cd abm && PYTHONPATH=. timeout 90 python experiments/norm_sweep.py $3 --name "$1_tree_$r" > /dev/null 2>&1)
-    cp abm/experiments/results/"$1_tree_$r".* experiments/results/ 2>/dev/null
-    timeout 90 python experiments/norm_sweep.py $3 --name "$1_here_$r" > /dev/null 2>&1
-  done
+  sweep_rounds norm_sweep.py "$1" "$2" "$3"
   python - "$1" "$2" <<'PY'
 import json, sys
 def load(n):
@@ -64,11 +69,7 @@ PY
 # (abm/) against this one, ROUNDS times interleaved, into experiments/results/NAME_{tree,here}_<round>.json; prints
 # tree / here fractions of copy and their ratio, with the max rel errors, per (dtype, cols), with the path and C.
 softmax_vs_tree() {
-  for r in $(seq "$2"); do
-    (cd abm && PYTHONPATH=. timeout 90 python experiments/softmax_sweep.py $3 --name "$1_tree_$r" > /dev/null 2>&1)
-    cp abm/experiments/results/"$1_tree_$r".* experiments/results/ 2>/dev/null
-    timeout 90 python experiments/softmax_sweep.py $3 --name "$1_here_$r" > /dev/null 2>&1
-  done
+  sweep_rounds softmax_sweep.py "$1" "$2" "$3"
   python - "$1" "$2" <<'PY'
 import json, sys
 def load(n):
