@@ -27,11 +27,12 @@
 //              the state (reads n). The "safe" method runs stage 1 twice (max, then sum of exp(x - max)) and
 //              reads 3n; the "naive" method sums exp(x) with no max (overflows by design).
 //   version 4, softmax_cluster ("online", long rows on sm_90+: one HBM read, no second read at all while a row
-//              fits on chip): a row is split over the C blocks of a thread-block cluster (C = 2, 4, 8, fixed at
+//              fits on chip): a row is split over the C blocks of a thread-block cluster (C = 2, 4, 8, 16, fixed at
 //              compile time by __cluster_dims__, so an ordinary launch works; C = 1: a block per row, the row
 //              in shared memory). Block r of the cluster takes the
 //              r-th contiguous segment of the row: it copies the segment once into shared memory (bulk copies,
-//              cp.async.bulk, evict-first: it is never read from L2 again), reduces it to a state, and the C
+//              cp.async.bulk, or cp.async per thread, as the host picks for C; evict-first: it is never read from
+//              L2 again), reduces it to a state, and the C
 //              block states are exchanged through distributed shared memory: every block sends its state into
 //              a slot of every peer (st.async, completing on the peer's mbarrier), each block merges the C slots
 //              in rank order once they are in (the same bits in every block), and writes its segment's output
@@ -573,6 +574,22 @@ __global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typ
 
 // The cluster primitives (cluster_rank, cluster_send_f2, mbar_wait_cluster, ...): cuflash/cluster.cuh.
 
+// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy); its groups
+// are cuflash/async_copy.cuh's. The copies a thread issues become visible to that thread after
+// cp.async.wait_group: each thread of the cluster kernel reads back only the slots it copied itself, so no block
+// barrier guards the segment.
+__device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "l"(pol) : "memory");
+}
+// Wait until at most `pending` (0..3; a constant after unrolling) of this thread's committed groups are in flight.
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  if (pending <= 0) cp_async_wait<0>();
+  else if (pending == 1) cp_async_wait<1>();
+  else if (pending == 2) cp_async_wait<2>();
+  else cp_async_wait<3>();
+}
+
 // One bulk copy (sm_90) of `bytes` (a multiple of 16, 16-byte aligned both sides) from global to this block's
 // shared memory, completing on the mbarrier at `mbar` (its expected transaction bytes raised beforehand).
 __device__ __forceinline__ void bulk_copy_g2s(unsigned smem, const void* gmem, unsigned bytes, unsigned mbar,
@@ -621,22 +638,24 @@ __device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s
   return {m, l};
 }
 
-// softmax_cluster<T, THREADS, C>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows
-// cluster-stride. seg: slots per block segment (the host picks ceil(row slots / C)); hold: slots of a segment held
+// softmax_cluster<T, THREADS, C, BULK>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows
+// cluster-stride; BULK: how the held part is copied (bulk copies by thread 0, or cp.async by every thread; the
+// host picks per cluster size, as measured on the H200). seg: slots per block segment (the host picks ceil(row slots / C)); hold: slots of a segment held
 // in shared memory (the dynamic shared memory is hold x 16 bytes; the lse/state ops pass 0 and stream). Float
 // accumulators (16- and 32-bit inputs).
 //
 // The schedule of one row, in block r (rank r of the cluster), thread t:
 //   1. copy: thread t folds the held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4 groups of
-//      consecutive k (group p: slots [p·kq·THREADS, (p+1)·kq·THREADS)); thread 0 copies each group's whole slots
-//      by one bulk copy (cp.async.bulk, completing on the mbarrier cbar[p]) once every thread is past the previous
-//      row; the head and tail slots of an unaligned row are loaded element by element (−inf padded) by their
-//      thread;
+//      consecutive k (group p: slots [p·kq·THREADS, (p+1)·kq·THREADS)). BULK: thread 0 copies each group's whole
+//      slots by one bulk copy (cp.async.bulk, completing on the mbarrier cbar[p]) once every thread is past the
+//      previous row; else thread t issues cp.async for its own slots, a commit group per p (no barrier: it reads
+//      back only what it copied). The head and tail slots of an unaligned row are loaded element by element
+//      (−inf padded) by the thread that folds them;
 //   2. stream: the segment's slots past `hold` (only for rows longer than C·hold slots) are read with 16-byte
 //      loads (evict-last: they are read again in step 5), PF slots behind a bulk L2 prefetch that thread 0
 //      keeps ahead of them, and folded into the thread's state while the copies fly;
-//   3. reduce: wait for group p (cbar[p], phase parity of the row counter), fold its slots into the state,
-//      p = 0..3 (the later groups keep arriving); then the block's state (block_state, the same bits everywhere);
+//   3. reduce: wait for group p (BULK: cbar[p], phase parity of the row counter; else cp.async.wait_group),
+//      fold its slots into the state, p = 0..3 (the later groups keep arriving); then the block's state (block_state, the same bits everywhere);
 //   4. exchange (C > 1): warp 0 sends the block state to slot r of every block's `xch[parity]` (lane 0 its own
 //      slot and its arrival on the local mbarrier, lane q to block q by st.async, completing on block q's
 //      mbarrier); each block waits on its own mbarrier (no cluster-wide barrier per row) and merges
@@ -649,14 +668,14 @@ __device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s
 // Before its first st.async a block waits for the arrive every block makes at its start, once its mbarriers are
 // initialised (peers' shared memory exists only once they run); once a block has the states of its last row
 // no peer writes to it again, so blocks may exit.
-template <typename T, int THREADS, int C>
+template <typename T, int THREADS, int C, bool BULK>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)  // 64 registers (4 blocks of 256)
 softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op,
                 float* __restrict__ out_m, float* __restrict__ out_l, i64 seg, int hold) {
   typedef float A;
   typedef SoftmaxState<A> St;
   constexpr int VEC = Slot<T>::VEC;
-  constexpr int P = 4;   // bulk copies (groups) per row: the reduction starts on the first quarter
+  constexpr int P = 4;   // copy groups per row: the reduction starts on the first quarter
   constexpr int UH = 4;  // held slots folded per step (from shared memory)
   constexpr int US = 4;  // streamed slots in flight per thread (from L2, prefetched)
   constexpr int STEP = THREADS * US, PF = 8 * STEP;  // slots per streaming step; prefetch distance (128 KiB)
@@ -668,13 +687,14 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   __shared__ float red[2][THREADS / 32];
   __shared__ float2 xch[2][C];                        // the C block states (m, l) of a row, by row parity
   __shared__ __align__(8) unsigned long long mbar[2];  // ... and the mbarriers their st.async complete on
-  __shared__ __align__(8) unsigned long long cbar[P];  // the held part's P bulk copies complete on these
+  __shared__ __align__(8) unsigned long long cbar[BULK ? P : 1];  // BULK: the P bulk copies complete on these
 
   const unsigned rank = C > 1 ? cluster_rank() : 0;
   const i64 nclusters = gridDim.x / C;
   const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
-  if (threadIdx.x == 0) {
-    for (int p = 0; p < P; ++p) mbar_init(smem_u32(&cbar[p]), 1);
+  if (threadIdx.x == 0 && (BULK || C > 1)) {
+    if constexpr (BULK)
+      for (int p = 0; p < P; ++p) mbar_init(smem_u32(&cbar[p]), 1);
     if constexpr (C > 1) {
       mbar_init(smem_u32(&mbar[0]), 1);
       mbar_init(smem_u32(&mbar[1]), 1);
@@ -692,31 +712,48 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     const int kmax = (nh + THREADS - 1) / THREADS;  // held slots per thread (at most)
     const int kq = (kmax + P - 1) / P;              // ... per commit group
 
-    // 1. copy the held slots: thread 0 issues P bulk copies of the whole slots (group p: slots
-    //    [p·kq·THREADS, (p+1)·kq·THREADS), the ones its threads fold in step 3), each completing on cbar[p], once
-    //    every thread is past the previous row's reads of `held`; the head and tail slots of an unaligned row
-    //    (at most slot 0 and the last) are loaded element by element (−inf padded) by the thread that owns them
-    if (it > 0) {  // every thread is past the previous row's reads of `held` (and its generic accesses are
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ordered before the async proxy's writes)
-      __syncthreads();
-    }
-    const int w0 = c.lo > 0 ? 1 : 0, w1 = min(c.hi / VEC, nh);  // the whole slots [w0, w1) of the held part
-    if (threadIdx.x == 0) {
+    // 1. copy the held slots (P groups: group p holds slots [p·kq·THREADS, (p+1)·kq·THREADS))
+    if constexpr (BULK) {
+      // thread 0: a bulk copy of each group's whole slots, completing on cbar[p], once every thread is past the
+      // previous row's reads of `held`; the head and tail slots of an unaligned row (at most slot 0 and the last)
+      // are loaded element by element (−inf padded) by the thread that folds them
+      if (it > 0) {  // every thread is past the previous row's reads of `held` (and its generic accesses are
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ordered before the async proxy's writes)
+        __syncthreads();
+      }
+      const int w0 = c.lo > 0 ? 1 : 0, w1 = min(c.hi / VEC, nh);  // the whole slots [w0, w1) of the held part
+      if (threadIdx.x == 0) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const int a = max(p * kq * THREADS, w0), b = min((p + 1) * kq * THREADS, w1);
+          const unsigned bytes = b > a ? (unsigned)(b - a) * 16u : 0u, mb = smem_u32(&cbar[p]);
+          mbar_arrive_expect_tx(mb, bytes);
+          if (bytes) bulk_copy_g2s(smem_u32(&held[a]), xb + (i64)a * VEC, bytes, mb, drop);
+        }
+      }
+      const int jt = max(w1, w0);  // the partial last slot of the held part, if jt < nh (then jt = nh − 1)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int j = q == 0 ? 0 : jt;
+        if ((q == 0 ? w0 > 0 && nh > 0 : jt < nh) && threadIdx.x == j % THREADS) {
+          const Slot<T> r = load_slot<T>(xb, j * VEC, c.lo, c.hi);
+          held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+        }
+      }
+    } else {  // thread t: cp.async of its own slots, a commit group per p
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        const int a = max(p * kq * THREADS, w0), b = min((p + 1) * kq * THREADS, w1);
-        const unsigned bytes = b > a ? (unsigned)(b - a) * 16u : 0u, mb = smem_u32(&cbar[p]);
-        mbar_arrive_expect_tx(mb, bytes);
-        if (bytes) bulk_copy_g2s(smem_u32(&held[a]), xb + (i64)a * VEC, bytes, mb, drop);
-      }
-    }
-    const int jt = max(w1, w0);  // the partial last slot of the held part, if jt < nh (then jt = nh − 1)
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int j = q == 0 ? 0 : jt;
-      if ((q == 0 ? w0 > 0 && nh > 0 : jt < nh) && threadIdx.x == j % THREADS) {
-        const Slot<T> r = load_slot<T>(xb, j * VEC, c.lo, c.hi);
-        held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+        const int k1 = min((p + 1) * kq, kmax);
+        for (int k = p * kq; k < k1; ++k) {
+          const int j = threadIdx.x + k * THREADS, e = j * VEC;
+          if (j >= nh) break;
+          if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, drop);
+          else {  // head or tail slot: element loads, -inf padded
+            const Slot<T> r = load_slot<T>(xb, e, c.lo, c.hi);
+            held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+          }
+        }
+        cp_async_commit();
       }
     }
 
@@ -737,10 +774,11 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     }
 
     // 3. fold the held slots in as their groups land, then the block's state
-    if (it == 0) __syncthreads();  // the mbarriers' initialisation, before any thread waits on them
+    if (BULK && it == 0) __syncthreads();  // the mbarriers' initialisation, before any thread waits on them
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      mbar_wait(smem_u32(&cbar[p]), (unsigned)(it & 1));
+      if constexpr (BULK) mbar_wait(smem_u32(&cbar[p]), (unsigned)(it & 1));
+      else cp_async_wait_pending(P - 1 - p);
       const int k1 = min((p + 1) * kq, kmax);
       for (int k = p * kq; k < k1; k += UH) {
         Slot<T> buf[UH];

@@ -22,16 +22,18 @@ path            when                                                        HBM 
                 other; K bounded by the blocks that fit on the GPU
 ``cluster``     cc >= 9.0, rows of ``CLUSTER_ROW_BYTES``, rows x C >= SMs   read n, write n (+ from L2
                 (not float64): a row over a thread-block cluster of C = 1,  the part of rows longer than
-                2, 4 or 8 blocks, each holding its segment in shared        C x 64 KiB)
-                memory; the C states merge through distributed shared
-                memory (st.async + mbarrier; one launch)
+                2, 4, 8 or 16 blocks, each holding its segment in shared    C x 64 KiB)
+                memory (bulk copies or cp.async: ``CLUSTER_BULK_SIZES``);
+                the C states merge through distributed shared memory
+                (st.async + mbarrier; one launch)
 ``stream``      lse/state of long rows, float64 long rows, the ``safe`` and  read 2n, write n (lse: n)
                 ``naive`` methods: partial states, then a second launch
 ==============  ==========================================================  =============================
 
 The ``cluster`` path is chosen automatically for softmax/log_softmax only (lse and the state take it when
 forced): ``partition={"path": "cluster", "cluster": C}`` forces it (C optional); ``partition={"cluster": 0}``
-or ``CLUSTER_ROW_BYTES = None`` leave the planner as it was without it (``block``/``split`` for long rows).
+or ``CLUSTER_ROW_BYTES = None`` leave the planner as it was without it (``block``/``split`` for long rows);
+``partition={"copy": "bulk"}`` or ``{"copy": "cp.async"}`` picks how its blocks copy their segments.
 
 ``method="online"`` (default) takes the cheapest path; ``"safe"`` makes three passes (max, sum, normalise);
 ``"naive"`` sums exp(x) with no max subtraction (overflows by design: the overflow experiment).
@@ -90,13 +92,23 @@ CLUSTER_HOLD_BYTES = 64 << 10           # ... a segment holds at most this in sh
                                         # streams (and is re-read from L2); 96 KiB and more: 2 blocks, slower
 CLUSTER_MAX_SEGMENT_BYTES = 128 << 10   # automatic plans: longer segments (half or more streamed) lose to the split
 CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
+# How a block copies the held part of its segment into shared memory: the sizes in CLUSTER_BULK_SIZES, when the
+# segment is held whole, by bulk copies (cp.async.bulk: thread 0 issues four, completing on mbarriers), the
+# others by cp.async (every thread its own 16-byte slots). Same-run map on the H200 at 128 KiB-2 MiB rows, every C,
+# three rounds (experiments/results/bulkmap_*_7445f0d.json): bulk / cp.async 1.08-1.10 at C = 8 (512 KiB rows:
+# float32 0.839 -> 0.920 of copy), 1.03-1.07 at C = 16 (1 MiB rows), 1.01-1.02 at C = 2 (128 KiB rows), but
+# 0.93-0.94 at C = 4 (256 KiB rows: float32 0.909 -> 0.848) and 0.98-1.01 on 2 MiB rows (half of each segment
+# streamed); the same kernel otherwise, the same bits.
+CLUSTER_BULK_SIZES = (2, 8, 16)
+CLUSTER_COPIES = ("bulk", "cp.async")
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
 
 _SUPPORTED = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64)
 
-Plan = namedtuple("Plan", "path threads group chunks slots_per_chunk")
+Plan = namedtuple("Plan", "path threads group chunks slots_per_chunk copy", defaults=(None,))
 Plan.__doc__ = """How one call runs: path (warp/block/split/cluster/stream), block size, lanes per row, chunks per
-row (K; the cluster path: C, its blocks per row) and 16-byte slots per chunk (S; the cluster path: per block)."""
+row (K; the cluster path: C, its blocks per row), 16-byte slots per chunk (S; the cluster path: per block) and,
+on the cluster path, how a block copies its segment into shared memory ("bulk" or "cp.async"; else None)."""
 
 
 def _nv(dtype):
@@ -117,8 +129,8 @@ def _stream_names(ct, threads):
             f"cuflash::softmax_finalize<{ct}>")
 
 
-def _cluster_name(ct, c):
-    return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}>"
+def _cluster_name(ct, c, copy):
+    return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}, {'true' if copy == 'bulk' else 'false'}>"
 
 
 def _declare():
@@ -135,8 +147,8 @@ def _declare():
         _compile.declare(SOURCE, list(dict.fromkeys(names)))
     _compile.declare(SOURCE, ["cuflash::softmax_merge_states<float>", "cuflash::softmax_merge_states<double>"])
     # sm_90+ only (the kernel is compiled out below sm_90): the compile check builds them for sm_90 alone
-    _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c) for dt in _SUPPORTED if dt != _dtypes.float64
-                              for c in CLUSTER_SIZES], extra_options=CLUSTER_ARCH_OPTIONS)
+    _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c, cp) for dt in _SUPPORTED if dt != _dtypes.float64
+                              for c in CLUSTER_SIZES for cp in CLUSTER_COPIES], extra_options=CLUSTER_ARCH_OPTIONS)
 
 
 _declare()
@@ -220,8 +232,9 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
     ``split="registers"`` (the register-held split of version 1, with ``max_chunk_slots``; ``residency(threads)``
     bounds its K by the blocks that fit on the GPU, None: 2 per SM),
     ``path="cluster"`` (forces the cluster split, any row length; needs cc >= 90) with ``cluster`` (C, blocks per
-    row; default: chosen as below), ``clusters`` (clusters launched; rows beyond them go cluster-stride) and
-    ``hold_bytes`` (shared memory per block for the row; the rest streams), ``cluster=0`` (never the cluster path).
+    row; default: chosen as below), ``clusters`` (clusters launched; rows beyond them go cluster-stride),
+    ``hold_bytes`` (shared memory per block for the row; the rest streams) and ``copy`` ("bulk" or "cp.async": how
+    a block copies its segment; default: ``CLUSTER_BULK_SIZES``), ``cluster=0`` (never the cluster path).
     """
     p = partition or {}
     vec = 16 // np.dtype(dtype).itemsize
@@ -281,6 +294,8 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     ``CLUSTER_NON_PORTABLE_CC`` only); with fewer than ``sms`` blocks, or segments over
     ``CLUSTER_MAX_SEGMENT_BYTES``, the split (which cuts a row over many blocks) is kept.
     ``partition={"path": "cluster"}`` forces it for any row length (and any size of ``CLUSTER_SIZES``).
+    The copy: bulk copies for the sizes in ``CLUSTER_BULK_SIZES`` when the segment fits ``CLUSTER_HOLD_BYTES``,
+    else cp.async (``partition["copy"]`` overrides).
     """
     forced = p.get("path") == "cluster"
     if p.get("path") not in (None, "cluster"):
@@ -312,7 +327,12 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
         if forced:
             raise ValueError(f"rows of {n} elements are too long for the cluster path (C = {c})")
         return None
-    return Plan("cluster", CLUSTER_THREADS, CLUSTER_THREADS, c, seg)
+    copy = p.get("copy")
+    if copy is None:
+        copy = "bulk" if c in CLUSTER_BULK_SIZES and seg * 16 <= CLUSTER_HOLD_BYTES else "cp.async"
+    elif copy not in CLUSTER_COPIES:
+        raise ValueError(f"partition copy must be one of {CLUSTER_COPIES}, got {copy!r}")
+    return Plan("cluster", CLUSTER_THREADS, CLUSTER_THREADS, c, seg, copy)
 
 
 def _cluster_hold(pl, op, partition, dev, kernel):
@@ -400,7 +420,7 @@ def _make_prep(x, axis, op, method, partition, dev):
     pr.chunks = pl.chunks
     pr.smem = 0
     if pl.path == "cluster":
-        k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks), CLUSTER_ARCH_OPTIONS)
+        k = _compile.get_kernel(SOURCE, _cluster_name(ct, pl.chunks, pl.copy), CLUSTER_ARCH_OPTIONS)
         if pl.chunks > CLUSTER_PORTABLE:
             _compile.allow_non_portable_cluster(k)
         pr.kernels = (k,)

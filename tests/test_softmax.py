@@ -644,6 +644,19 @@ def test_cluster_plan(dtype, monkeypatch):
         sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": 32})
     with pytest.raises(ValueError, match="path"):
         sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "clusterr"})
+    # the copy: bulk for CLUSTER_BULK_SIZES with the segment held whole, else cp.async; forced either way
+    for rows, n in ((8192, 1 << 15), (1024, 1 << 16), (512, 1 << 17), (256, mib), (128, 2 * mib), (100, 3001)):
+        for c in sm.CLUSTER_SIZES:
+            p = sm.plan(dtype, rows, n, sms=SMS, cc=CC_H200, partition={"path": "cluster", "cluster": c})
+            held = p.slots_per_chunk * 16 <= sm.CLUSTER_HOLD_BYTES
+            assert p.copy == ("bulk" if c in sm.CLUSTER_BULK_SIZES and held else "cp.async"), (rows, n, p)
+            for copy in sm.CLUSTER_COPIES:
+                assert sm.plan(dtype, rows, n, sms=SMS, cc=CC_H200,
+                               partition={"path": "cluster", "cluster": c, "copy": copy}).copy == copy
+    assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200).copy in sm.CLUSTER_COPIES
+    assert sm.plan(dtype, 8192, 1000, sms=SMS, cc=CC_H200).copy is None  # other paths: no copy
+    with pytest.raises(ValueError, match="copy"):
+        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "copy": "tma"})
 
 
 def test_cluster_never_for_float64():
@@ -656,8 +669,8 @@ def test_cluster_kernels_declared_for_sm90_only():
     from cuflash import _compile
 
     decl = {(n, e) for s, n, e, _ in _compile.declared() if s == sm.SOURCE and "softmax_cluster" in n}
-    want = {(sm._cluster_name(_dtypes.CTYPE[dt], c), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
-            for c in sm.CLUSTER_SIZES}
+    want = {(sm._cluster_name(_dtypes.CTYPE[dt], c, cp), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
+            for c in sm.CLUSTER_SIZES for cp in sm.CLUSTER_COPIES}
     assert decl == want  # declared once each, with the sm_90 option (test_compile builds them for sm_90 only)
 
 
@@ -728,11 +741,12 @@ def _cluster_lengths(dtype, c):
 
 
 @gpu
+@pytest.mark.parametrize("copy", sm.CLUSTER_COPIES)
 @pytest.mark.parametrize("c", sm.CLUSTER_SIZES)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_every_size_boundaries_and_tails(dtype, c, rng, cp):
+def test_cluster_every_size_boundaries_and_tails(dtype, c, copy, rng, cp):
     _needs_cluster()
-    part = {"path": "cluster", "cluster": c}
+    part = {"path": "cluster", "cluster": c, "copy": copy}
     for n in _cluster_lengths(dtype, c):
         x64 = rng.standard_normal((3, n)) * 8  # odd n: rows 1 and 2 start inside a 16-byte slot
         _cluster_compare(x64, dtype, part, cp)
@@ -742,9 +756,10 @@ def test_cluster_every_size_boundaries_and_tails(dtype, c, rng, cp):
 
 
 @gpu
+@pytest.mark.parametrize("copy", sm.CLUSTER_COPIES)
 @pytest.mark.parametrize("c", sm.CLUSTER_SIZES)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_rows_longer_than_shared_memory(dtype, c, rng, cp):
+def test_cluster_rows_longer_than_shared_memory(dtype, c, copy, rng, cp):
     """The segment's part past the held slots streams (and is re-read): a small hold, no hold, and rows longer
     than C x CLUSTER_HOLD_BYTES with the default hold."""
     _needs_cluster()
@@ -752,20 +767,21 @@ def test_cluster_rows_longer_than_shared_memory(dtype, c, rng, cp):
     for hold in (16 * 300, 16 * 1000 + 16, 0):
         for n in (c * vec * 300 + 1, c * vec * 1000 + 7, 12345, 200003):
             _cluster_compare(rng.standard_normal((2, n)) * 8, dtype,
-                             {"path": "cluster", "cluster": c, "hold_bytes": hold}, cp)
+                             {"path": "cluster", "cluster": c, "hold_bytes": hold, "copy": copy}, cp)
     n = c * sm.CLUSTER_HOLD_BYTES // np.dtype(dtype).itemsize * 3 // 2 + 3  # 1.5x what the cluster holds
     x64 = rng.standard_normal((2, n)) * 8
     x64[1, -5:] = 40.0  # the row's max in the streamed part of the last segment
-    _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c}, cp)
+    _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "copy": copy}, cp)
 
 
 @gpu
+@pytest.mark.parametrize("copy", sm.CLUSTER_COPIES)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_fewer_and_more_rows_than_clusters(dtype, rng, cp):
+def test_cluster_fewer_and_more_rows_than_clusters(dtype, copy, rng, cp):
     _needs_cluster()
     for c in sm.CLUSTER_SIZES:
         for rows, clusters in ((1, None), (2, 5), (7, 3), (9, 1), (64, 4)):
-            part = {"path": "cluster", "cluster": c}
+            part = {"path": "cluster", "cluster": c, "copy": copy}
             if clusters:
                 part["clusters"] = clusters
             x64 = rng.standard_normal((rows, 5003)) * 6
@@ -797,14 +813,15 @@ def _edge_rows(n, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("copy", sm.CLUSTER_COPIES)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_cluster_edge_values_match_scipy(dtype, cp):
+def test_cluster_edge_values_match_scipy(dtype, copy, cp):
     _needs_cluster()
     for c in sm.CLUSTER_SIZES:
         for n in (64, 3001, 40001):
             x64 = _edge_rows(n, dtype)
-            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c}, cp)
-            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "hold_bytes": 16 * 256}, cp)
+            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "copy": copy}, cp)
+            _cluster_compare(x64, dtype, {"path": "cluster", "cluster": c, "hold_bytes": 16 * 256, "copy": copy}, cp)
     (m, l), _ = _cluster_run(_to_device([[np.inf, 0.0] * 50, [-np.inf] * 100], np.float32), sm.OP_STATE,
                              {"path": "cluster", "cluster": 4}, cp)
     assert m.get().tolist() == [np.inf, -np.inf] and l.get().tolist() == [50.0, 0.0]  # +inf counts 1; empty stays
@@ -820,6 +837,30 @@ def test_cluster_is_deterministic(rng, cp):
         assert bool((a == b).all())
 
 
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_cluster_copies_give_the_same_bits(dtype, rng, cp):
+    """Bulk copies and cp.async only move the bytes: every op's output is bitwise equal between the two, aligned
+    rows and rows one element into a wider array, held whole or partly streamed."""
+    _needs_cluster()
+    for c in (1, 2, 4, 8, 16):
+        for n, hold in ((c * 4099 + 5, None), (c * 9000 + 1, 16 * 1000)):
+            x64 = rng.standard_normal((5, n)) * 8
+            wide = _to_device(np.concatenate([np.zeros((5, 1)), x64], axis=1), dtype)
+            for xd in (_to_device(x64, dtype), wide[:, 1:]):
+                for op in (sm.OP_SOFTMAX, sm.OP_LOG_SOFTMAX, sm.OP_STATE):
+                    outs = []
+                    for copy in sm.CLUSTER_COPIES:
+                        part = {"path": "cluster", "cluster": c, "copy": copy}
+                        if hold is not None or op == sm.OP_STATE:
+                            part["hold_bytes"] = hold if hold is not None else sm.CLUSTER_HOLD_BYTES
+                        out, pl = _cluster_run(xd, op, part, cp)
+                        assert pl.copy == copy
+                        outs.append([a.get() for a in (out if isinstance(out, tuple) else (out,))])
+                    for a, b in zip(*outs):
+                        assert a.tobytes() == b.tobytes(), (c, n, hold, op)
+
+
 _RACECHECK_CHILD = """
 import importlib, sys, numpy as np, cupy as cp
 sys.path.insert(0, '.')
@@ -827,9 +868,10 @@ sm = importlib.import_module('cuflash.softmax')
 from cuflash import _dtypes
 rng = np.random.default_rng()
 for dt in (np.float32, _dtypes.bfloat16):
-    for c in (1, 2):  # one cluster takes every row: the row loop reuses the block's shared memory 9 times
-        x = cp.asarray(rng.standard_normal((9, 5003)).astype(dt))
-        pr = sm._prepare(x, -1, sm.OP_SOFTMAX, 'online', {'path': 'cluster', 'cluster': c, 'clusters': 1})
+    for c, copy in ((1, 'cp.async'), (1, 'bulk'), (2, 'cp.async'), (2, 'bulk')):  # one cluster takes every row:
+        x = cp.asarray(rng.standard_normal((9, 5003)).astype(dt))      # the row loop reuses shared memory 9 times
+        pr = sm._prepare(x, -1, sm.OP_SOFTMAX, 'online', {'path': 'cluster', 'cluster': c, 'clusters': 1,
+                                                          'copy': copy})
         y = cp.empty_like(x)
         sm._exec(pr, x, sm.OP_SOFTMAX, 'online', y=y)
 cp.cuda.Device().synchronize()
@@ -839,8 +881,9 @@ print('child done')
 
 @gpu
 def test_cluster_kernel_has_no_shared_memory_race():
-    """compute-sanitizer racecheck on the cluster kernel, one cluster looping over rows (C = 1, 2): the block
-    reduction's shared words are rewritten row after row with two barriers a row (block_state in softmax.cu)."""
+    """compute-sanitizer racecheck on the cluster kernel, one cluster looping over rows (C = 1, 2, both copies):
+    the block reduction's shared words are rewritten row after row with two barriers a row (block_state in
+    softmax.cu), and the bulk copies rewrite the held part once every thread is past the previous row."""
     import shutil
     import subprocess
     import sys
