@@ -160,7 +160,7 @@ def main(argv=None):
                     r.update(ms=ms, GBps=useful / (ms * 1e-3) / 1e9)
                     r["frac_of_copy"] = r["GBps"] / copy_gbps
                     if plan is not None:
-                        r.update(path=plan.path, threads=plan.threads, chunks=plan.chunks)
+                        r.update(path=plan.path, threads=plan.threads, chunks=plan.chunks, copy=plan.copy)
                 except Exception as ex:
                     r["error"] = f"{type(ex).__name__}: {ex}"[:300]
                     print(f"{impl} {method} {dname} {rows}x{cols}: {r['error']}")
