@@ -72,9 +72,17 @@ template <typename T> struct alignas(16) Slot {
     const uint4 u = *reinterpret_cast<const uint4*>(p);
     return {{u.x, u.y, u.z, u.w}};
   }
-  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]); }
+  // One 16-byte global store (explicit: from a plain uint4 store the compiler emitted four 32-bit STGs where the
+  // words came from different branches of the output pass and sat in non-adjacent registers).
+  __device__ __forceinline__ void store(T* p) const {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  }
   // streaming store (evict-first): output that nothing reads soon stays out of the way of L2 re-reads
-  __device__ __forceinline__ void store_cs(T* p) const { __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3])); }
+  __device__ __forceinline__ void store_cs(T* p) const {
+    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  }
   __device__ __forceinline__ static Slot neg_inf() {  // -inf in every element (constant bits)
     const unsigned a = same_t<T, __half>::value ? 0xFC00FC00u : same_t<T, __nv_bfloat16>::value ? 0xFF80FF80u
                      : same_t<T, float>::value ? 0xFF800000u : 0u;
