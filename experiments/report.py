@@ -284,9 +284,10 @@ def _norm_sweep(rows, doc):
 
 
 def _softmax_sweep(rows, doc):
-    """impl softmax method (path); ratio: fraction of the same run's copy bandwidth and speed vs torch.softmax."""
-    torch_ms = {(r.get("dtype"), r.get("rows"), r.get("cols")): r["ms"] for r in rows
-                if r.get("impl") == "torch.softmax" and _num(r.get("ms"))}
+    """impl softmax method (path); ratio: fraction of the same run's copy bandwidth and speed vs torch.softmax
+    (log_softmax rows: vs torch.log_softmax)."""
+    torch_ms = {("log" in r["impl"], r.get("dtype"), r.get("rows"), r.get("cols")): r["ms"] for r in rows
+                if r.get("impl") in ("torch.softmax", "torch.log_softmax") and _num(r.get("ms"))}
     out = []
     for r in rows:
         if not _num(r.get("ms")):
@@ -298,8 +299,9 @@ def _softmax_sweep(rows, doc):
         if r.get("path"):
             what += f" ({r['path']})"
         rat = [("frac_of_copy", r.get("frac_of_copy"))]
-        if impl != "torch.softmax":
-            rat.append(("speed_vs_torch", _div(torch_ms.get((r.get("dtype"), r.get("rows"), r.get("cols"))), r["ms"])))
+        if not impl.startswith("torch."):
+            key = ("log" in impl, r.get("dtype"), r.get("rows"), r.get("cols"))
+            rat.append(("speed_vs_torch", _div(torch_ms.get(key), r["ms"])))
         out.append(_entry(r, what, r["ms"], ("GBps", r.get("GBps")), abs_err=r.get("max_abs_err"),
                           rel_err=r.get("max_rel_err"), ratios=rat))
     return out

@@ -1,7 +1,8 @@
 """Softmax bandwidth sweep: rows x cols at about 256 MiB of input, 1K <= cols <= 1M, float32/float16/bfloat16,
 each cuflash method (online, safe, naive), with the peers timed in the same run: torch.softmax,
 cupyx.scipy.special.softmax, a plain Triton row softmax (the kernel of shared/anchors/triton_probe.py, copied
-below) and a device-to-device copy (the ceiling).
+below) and a device-to-device copy (the ceiling); and log_softmax (cuflash online, torch.log_softmax; --no-log
+leaves it out).
 
 GB/s counts the bytes a softmax must move at the least: the input read once and the output written once
 (2·rows·cols·itemsize), whatever the method really moves (safe reads 3x, stream-path online 2x). Errors are
@@ -43,6 +44,7 @@ def parse_args(argv=None):
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true", help="skip torch / cupyx / triton")
+    ap.add_argument("--no-log", action="store_true", help="skip log_softmax (cuflash and torch)")
     ap.add_argument("--quick", action="store_true", help="64 MiB, 4 row lengths, 5 repetitions")
     ap.add_argument("--name", default="softmax_sweep")
     ap.add_argument("--tune", action="store_true", help="also time the online method under other partitions")
@@ -144,9 +146,10 @@ def main(argv=None):
             x, t = _inputs(rows, cols, dname, None if a.no_peers else torch)
             useful = 2 * rows * cols * s
             ref = reference.softmax(x[:2].get(), axis=-1)
+            ref_log = None if a.no_log else reference.log_softmax(x[:2].get(), axis=-1)
             base = {"dtype": dname, "rows": rows, "cols": cols, "bytes_useful": useful, "copy_GBps": copy_gbps}
 
-            def record(impl, fn, method="", plan=None):
+            def record(impl, fn, method="", plan=None, ref=ref):
                 r = dict(base, impl=impl, method=method)
                 try:
                     y = fn()
@@ -170,6 +173,9 @@ def main(argv=None):
             for method in a.methods.split(","):
                 _, pl = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, method, None, return_plan=True)
                 record("cuflash", lambda m=method: sm.softmax(x, axis=-1, method=m), method, pl)
+            if not a.no_log:
+                _, pl = sm._softmax_impl(x, -1, sm.OP_LOG_SOFTMAX, "online", None, return_plan=True)
+                record("cuflash.log_softmax", lambda: sm.log_softmax(x, axis=-1), "online", pl, ref=ref_log)
             for part in (TUNE if a.tune else ()):
                 try:
                     _, pl = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", part, return_plan=True)
@@ -181,6 +187,8 @@ def main(argv=None):
             if not a.no_peers:
                 if t is not None:
                     record("torch.softmax", lambda: torch.softmax(t, -1))
+                    if not a.no_log:
+                        record("torch.log_softmax", lambda: torch.log_softmax(t, -1), ref=ref_log)
                 if tri is not None and cols <= TRITON_MAX_COLS and t is not None:
                     ty = torch.empty_like(t)
                     record("triton", lambda: _tri_out(tri, t, ty, sms))
@@ -193,7 +201,8 @@ def main(argv=None):
             line = [f"{dname:9s} {rows:7d}x{cols:<8d}"]
             for r in rows_out:
                 if r["dtype"] == dname and r["cols"] == cols and r.get("GBps"):
-                    line.append(f"{r['impl'].split('.')[0]}{'/' + r['method'] if r['method'] else ''} {r['GBps']:.0f}")
+                    name = r["impl"] if "log" in r["impl"] else r["impl"].split(".")[0]
+                    line.append(f"{name}{'/' + r['method'] if r['method'] else ''} {r['GBps']:.0f}")
             print("  ".join(line), flush=True)
     ho = host_overhead(None if a.no_peers else torch)
     print("host overhead per call (us):", {k: round(v, 2) for k, v in ho.items()})
@@ -245,7 +254,8 @@ def _table(rows):
     for d in sorted({r["dtype"] for r in rows}):
         print(f"\n{d}: GB/s (read + write once)")
         impls = [("cuflash", m) for m in METHODS] + [("torch.softmax", ""), ("triton", ""),
-                                                     ("cupyx.scipy.special.softmax", "")]
+                                                     ("cupyx.scipy.special.softmax", ""),
+                                                     ("cuflash.log_softmax", "online"), ("torch.log_softmax", "")]
         print(f"{'impl':32s}" + "".join(f"{c:>9d}" for c in cols))
         for imp in impls:
             vals = {r["cols"]: r.get("GBps") for r in rows if r["dtype"] == d and (r["impl"], r["method"]) == imp}
