@@ -41,8 +41,10 @@ LAYER, RMS = 0, 1
 NV = 4          # 16-byte vectors per thread kept in registers (norm_fwd / norm_bwd template argument)
 NV_WARP_BYTES = 128  # bytes per lane on the forward's warp-per-row path: rows of up to 4 KiB (1024 float32 or
                     # 2048 16-bit values would spill: 16-bit rows take 64 bytes a lane, up to 1024 values)
-WARP_ROWS = 2   # rows (warps) per block on the forward's warp-per-row path (at most 8). 2 (64 threads): bf16
-                # LayerNorm 1K at 0.88 of copy against 0.81 with 8 (norm_tune at f48e99e; 2K and up: block path)
+WARP_ROWS = 1   # rows (warps) per block on the forward's warp-per-row path (at most 8). 1 (32 threads): float32
+                # 1K LayerNorm / RMSNorm 0.98 / 0.98 of copy against 0.95 / 0.96 with 2, bfloat16 RMSNorm 1K 0.96
+                # against 0.95, the other 1K rows even (norm_tune at e63c7f7, experiments/results/
+                # norm_tune_1k_e63c7f7.json); 2 had beaten 8 (bf16 LayerNorm 1K 0.88 against 0.81, f48e99e)
 FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
 STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
 STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
