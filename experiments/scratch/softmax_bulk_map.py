@@ -2,22 +2,16 @@
 bfloat16 64K-1M columns; C with at most 128 KiB a block), copy in the same run; one round per process (run it in
 two trees, interleaved, for a same-run A/B of the kernel). Writes experiments/results/NAME.json.
     PYTHONPATH=. python experiments/scratch/softmax_bulk_map.py NAME"""
-import importlib
 import sys
 
-sys.path.insert(0, "experiments")
-import softmax_sweep as sw  # noqa: E402
-from cuflash import _dtypes, bench, reference  # noqa: E402
+from _softmax_probe import bench, copy_bandwidth, frac, inputs, sm
 
-sm = importlib.import_module("cuflash.softmax")
+from cuflash import reference
+
 SHAPES = [("float32", 1 << k) for k in range(15, 20)] + [("bfloat16", 1 << k) for k in range(16, 21)]
-nbytes = 256 << 20
 rows_out = []
-copy = sw.copy_bandwidth(nbytes, 30)
-for dname, cols in SHAPES:
-    dt = getattr(_dtypes, dname)
-    rows = nbytes // (cols * dt.itemsize)
-    x, _ = sw._inputs(rows, cols, dname, None)
+copy = copy_bandwidth()
+for dname, cols, dt, rows, (x,) in inputs(SHAPES):
     ref = reference.softmax(x[:2].get(), axis=-1)
     _, auto = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", None, return_plan=True)
     for c in (2, 4, 8, 16):
@@ -27,8 +21,7 @@ for dname, cols in SHAPES:
         fn = lambda p=part: sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", p)  # noqa: E731
         err = bench.errors(fn()[:2], ref)["max_rel_err"]
         ms = bench.time_cuda(fn, warmup=3, rep=30)["median_ms"]
-        frac = 2 * rows * cols * dt.itemsize / (ms * 1e-3) / 1e9 / copy
         rows_out.append(dict(dtype=dname, cols=cols, rows=rows, C=c, auto=auto.chunks, auto_path=auto.path, ms=ms,
-                             frac_of_copy=frac, max_rel_err=err))
+                             frac_of_copy=frac(rows, cols, dt, ms, copy), max_rel_err=err))
     del x
 bench.write_results(sys.argv[1], rows_out, {"copy_GBps": copy})
