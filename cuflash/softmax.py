@@ -94,11 +94,13 @@ CLUSTER_MAX_SEGMENT_BYTES = 128 << 10   # automatic plans: longer segments (half
 CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
 # How a block copies the held part of its segment into shared memory: the sizes in CLUSTER_BULK_SIZES, when the
 # segment is held whole, by bulk copies (cp.async.bulk: thread 0 issues four, completing on mbarriers), the
-# others by cp.async (every thread its own 16-byte slots). Same-run map on the H200 at 128 KiB-2 MiB rows, every C,
+# others by cp.async (every thread its own 16-byte slots). Same-run map on the H200 at 128 KiB-2 MiB rows, every C with at most 128 KiB a block,
 # three rounds (experiments/results/bulkmap_*_7445f0d.json): bulk / cp.async 1.08-1.10 at C = 8 (512 KiB rows:
 # float32 0.839 -> 0.920 of copy), 1.03-1.07 at C = 16 (1 MiB rows), 1.01-1.02 at C = 2 (128 KiB rows), but
 # 0.93-0.94 at C = 4 (256 KiB rows: float32 0.909 -> 0.848) and 0.98-1.01 on 2 MiB rows (half of each segment
-# streamed); the same kernel otherwise, the same bits.
+# streamed); the same kernel otherwise, the same bits. The map covers the planner's C at each row length (and every
+# C up to 128 KiB a block); C = 4 is cp.async at every length, though bulk lost only at 256 KiB rows (1.00-1.03x at
+# 128 and 512 KiB, where the planner takes C = 2 and 8).
 CLUSTER_BULK_SIZES = (2, 8, 16)
 CLUSTER_COPIES = ("bulk", "cp.async")
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
@@ -242,6 +244,8 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
     slots = -(-(n + (0 if aligned else vec - 1)) // vec)
     stream = method != "online" or p.get("single_read") is False
     reduce_only = op >= OP_LSE
+    if p.get("copy") is not None and p["copy"] not in CLUSTER_COPIES:  # checked whichever path the call takes
+        raise ValueError(f"partition copy must be one of {CLUSTER_COPIES}, got {p['copy']!r}")
     cl = _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc)
     if cl is not None:
         return cl
@@ -294,8 +298,9 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     ``CLUSTER_NON_PORTABLE_CC`` only); with fewer than ``sms`` blocks, or segments over
     ``CLUSTER_MAX_SEGMENT_BYTES``, the split (which cuts a row over many blocks) is kept.
     ``partition={"path": "cluster"}`` forces it for any row length (and any size of ``CLUSTER_SIZES``).
-    The copy: bulk copies for the sizes in ``CLUSTER_BULK_SIZES`` when the segment fits ``CLUSTER_HOLD_BYTES``,
-    else cp.async (``partition["copy"]`` overrides).
+    The copy: bulk copies for the sizes in ``CLUSTER_BULK_SIZES`` when the whole segment is held (it fits
+    ``CLUSTER_HOLD_BYTES``, or ``hold_bytes`` when given; lse and the state hold nothing unless told), else
+    cp.async; ``partition["copy"]`` overrides (ValueError for anything but ``CLUSTER_COPIES``, on every path).
     """
     forced = p.get("path") == "cluster"
     if p.get("path") not in (None, "cluster"):
@@ -328,10 +333,9 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
             raise ValueError(f"rows of {n} elements are too long for the cluster path (C = {c})")
         return None
     copy = p.get("copy")
-    if copy is None:
-        copy = "bulk" if c in CLUSTER_BULK_SIZES and seg * 16 <= CLUSTER_HOLD_BYTES else "cp.async"
-    elif copy not in CLUSTER_COPIES:
-        raise ValueError(f"partition copy must be one of {CLUSTER_COPIES}, got {copy!r}")
+    if copy is None:  # bulk where measured faster: those sizes, the segment held whole (lse/state hold nothing)
+        hold = int(p.get("hold_bytes", 0 if reduce_only else CLUSTER_HOLD_BYTES))
+        copy = "bulk" if c in CLUSTER_BULK_SIZES and 0 < seg * 16 <= hold else "cp.async"
     return Plan("cluster", CLUSTER_THREADS, CLUSTER_THREADS, c, seg, copy)
 
 

@@ -7,7 +7,7 @@ the copy bandwidth, so the defaults can be chosen from measurements:
 
 - forward: ``STREAM`` (the cp.async-staged kernel for rows of at least ``STREAM_MIN_VECS`` 16-byte vectors,
   with ``STREAM_VECS_PER_THREAD`` vectors per thread on its block path), and for the register kernel
-  ``WARP_ROWS`` (rows per block on the warp-per-row path, 0 = off: a one-warp block per row) and
+  ``WARP_ROWS`` (rows per block on the warp-per-row path; 1: a one-warp block per row, 0: the path off, block path) and
   ``FWD_MAX_THREADS`` (threads per row on the block path);
 - backward: ``BWD_MAX_THREADS`` (threads per row; fewer threads = more independent blocks per SM).
 

@@ -213,7 +213,11 @@ def test_report_labels_rows_without_kernel_or_shape(tmp_path):
         {"dtype": "float32", "rows": 64, "cols": 1024, "impl": "cuflash", "method": "online", "path": "warp",
          "ms": 0.1, "GBps": 3000.0, "frac_of_copy": 0.9, "max_abs_err": 1e-9},
         {"dtype": "float32", "rows": 64, "cols": 1024, "impl": "torch.softmax", "method": "", "ms": 0.2,
-         "GBps": 1500.0, "frac_of_copy": 0.45}]}))
+         "GBps": 1500.0, "frac_of_copy": 0.45},
+        {"dtype": "float32", "rows": 64, "cols": 1024, "impl": "cuflash.log_softmax", "method": "online",
+         "path": "warp", "ms": 0.1, "GBps": 3000.0, "frac_of_copy": 0.9, "max_abs_err": 1e-7},
+        {"dtype": "float32", "rows": 64, "cols": 1024, "impl": "torch.log_softmax", "method": "", "ms": 0.4,
+         "GBps": 750.0, "frac_of_copy": 0.22}]}))
     out = tmp_path / "REPORT.md"
     assert _script("report").main(["--results", str(res), "--plots", str(tmp_path / "plots"), "--out", str(out)]) == 0
     text = out.read_text()
@@ -225,6 +229,8 @@ def test_report_labels_rows_without_kernel_or_shape(tmp_path):
     assert "| attention fa2 128x64/4w causal | B32 H32 N512 d64 |" in judged
     assert "| attention wgmma sm90 causal |" in judged and "speed_vs_torch_flash=0.79" in judged
     assert "| cuflash softmax online (warp) | 64x1024 |" in judged and "speed_vs_torch=2" in judged
+    log_row = next(ln for ln in rows if "cuflash.log_softmax online (warp)" in ln)
+    assert "speed_vs_torch=4" in log_row  # against torch.log_softmax (0.4 ms), not torch.softmax (0.2 ms)
     assert "![attention_tile_sweep_predicted](plots/attention_tile_sweep_predicted.png)" in text
 
 

@@ -653,10 +653,18 @@ def test_cluster_plan(dtype, monkeypatch):
             for copy in sm.CLUSTER_COPIES:
                 assert sm.plan(dtype, rows, n, sms=SMS, cc=CC_H200,
                                partition={"path": "cluster", "cluster": c, "copy": copy}).copy == copy
-    assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200).copy in sm.CLUSTER_COPIES
+    assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200).copy == "bulk"  # C = 2, held whole
     assert sm.plan(dtype, 8192, 1000, sms=SMS, cc=CC_H200).copy is None  # other paths: no copy
-    with pytest.raises(ValueError, match="copy"):
-        sm.plan(dtype, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "cluster", "copy": "tma"})
+    forced = {"path": "cluster", "cluster": 8}
+    for op in (sm.OP_LSE, sm.OP_STATE):  # lse / state hold nothing (they stream): no copy to make faster
+        assert sm.plan(dtype, 64, long_n, op=op, sms=SMS, cc=CC_H200, partition=forced).copy == "cp.async"
+        assert sm.plan(dtype, 64, long_n, op=op, sms=SMS, cc=CC_H200,
+                       partition=dict(forced, hold_bytes=sm.CLUSTER_HOLD_BYTES)).copy == "bulk"
+    assert sm.plan(dtype, 64, long_n, sms=SMS, cc=CC_H200, partition=dict(forced, hold_bytes=4096)).copy == "cp.async"
+    for part in ({"path": "cluster", "copy": "tma"}, {"copy": "tma"}):  # rejected whichever path the call takes
+        for cc in (CC_H200, 80):
+            with pytest.raises(ValueError, match="copy"):
+                sm.plan(dtype, 3, 100, sms=SMS, cc=cc, partition=part)
 
 
 def test_cluster_never_for_float64():
@@ -693,6 +701,11 @@ def _cluster_run(x, op, part, cp):
     """One forced cluster launch on rows of x (last axis) into poisoned outputs: the outputs (CuPy) and the Plan."""
     pr = sm._prepare(x, -1, op, "online", part)
     assert pr.plan.path == "cluster" and pr.plan.chunks == part.get("cluster", pr.plan.chunks), pr.plan
+    assert pr.plan.copy == part.get("copy", pr.plan.copy), pr.plan
+    from cuflash import _compile  # the launch runs the instantiation of the plan's copy (BULK template argument)
+
+    want = sm._cluster_name(_dtypes.CTYPE[np.dtype(x.dtype)], pr.plan.chunks, pr.plan.copy)
+    assert pr.kernels[0] is _compile.get_kernel(sm.SOURCE, want, sm.CLUSTER_ARCH_OPTIONS), (want, pr.plan)
     if op < sm.OP_LSE:
         y = _poisoned(cp, x.shape, x.dtype)
         sm._exec(pr, x, op, "online", y=y)
@@ -840,8 +853,9 @@ def test_cluster_is_deterministic(rng, cp):
 @gpu
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_cluster_copies_give_the_same_bits(dtype, rng, cp):
-    """Bulk copies and cp.async only move the bytes: every op's output is bitwise equal between the two, aligned
-    rows and rows one element into a wider array, held whole or partly streamed."""
+    """Bulk copies and cp.async only move the bytes: every op's output is bitwise equal between the two, held
+    whole or partly streamed, with two clusters taking the five rows (the row loop refills shared memory); the
+    state also on rows one element into a wider array (softmax / log_softmax copy such an input first)."""
     _needs_cluster()
     for c in (1, 2, 4, 8, 16):
         for n, hold in ((c * 4099 + 5, None), (c * 9000 + 1, 16 * 1000)):
@@ -851,7 +865,7 @@ def test_cluster_copies_give_the_same_bits(dtype, rng, cp):
                 for op in (sm.OP_SOFTMAX, sm.OP_LOG_SOFTMAX, sm.OP_STATE):
                     outs = []
                     for copy in sm.CLUSTER_COPIES:
-                        part = {"path": "cluster", "cluster": c, "copy": copy}
+                        part = {"path": "cluster", "cluster": c, "copy": copy, "clusters": 2}
                         if hold is not None or op == sm.OP_STATE:
                             part["hold_bytes"] = hold if hold is not None else sm.CLUSTER_HOLD_BYTES
                         out, pl = _cluster_run(xd, op, part, cp)
