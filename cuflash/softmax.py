@@ -94,8 +94,8 @@ CLUSTER_MAX_SEGMENT_BYTES = 128 << 10   # automatic plans: longer segments (half
 CLUSTER_MAX_CLUSTERS = 1 << 16          # clusters launched at most (one per row; more rows: cluster-stride)
 # How a block copies the held part of its segment into shared memory: the sizes in CLUSTER_BULK_SIZES, when the
 # segment is held whole, by bulk copies (cp.async.bulk: thread 0 issues four, completing on mbarriers), the
-# others by cp.async (every thread its own 16-byte slots). Same-run map on the H200 at 128 KiB-2 MiB rows, every C with at most 128 KiB a block,
-# three rounds (experiments/results/bulkmap_*_7445f0d.json): bulk / cp.async 1.08-1.10 at C = 8 (512 KiB rows:
+# others by cp.async (every thread its own 16-byte slots). Same-run map on the H200 at 128 KiB-2 MiB rows, every C
+# with at most 128 KiB a block, three rounds (experiments/results/bulkmap_*_7445f0d.json): bulk / cp.async 1.08-1.10 at C = 8 (512 KiB rows:
 # float32 0.839 -> 0.920 of copy), 1.03-1.07 at C = 16 (1 MiB rows), 1.01-1.02 at C = 2 (128 KiB rows), but
 # 0.93-0.94 at C = 4 (256 KiB rows: float32 0.909 -> 0.848) and 0.98-1.01 on 2 MiB rows (half of each segment
 # streamed); the same kernel otherwise, the same bits. The map covers the planner's C at each row length (and every
