@@ -22,6 +22,13 @@ run() {  # kernel-regex what dtype n name
   python experiments/scratch/stall_top.py "$OUT/stall_$5.csv" 14 2>&1 | cut -c1-150
   rm -f "$OUT/$5.ncu-rep"; gzip -f "$OUT/stall_$5.csv"
 }
+# with arguments: those runs instead, five words each (kernel-regex what dtype n name), e.g. the 16-bit cluster
+# rows (#3): bash experiments/scratch/ncu_mem.sh softmax_cluster sm bfloat16 65536 sm_bf16_64k softmax_cluster sm \
+#   float32 32768 sm_f32_32k
+if [ $# -gt 0 ]; then
+  while [ $# -ge 5 ]; do run "$1" "$2" "$3" "$4" "$5"; shift 5; done
+  exit 0
+fi
 run norm_fwd_stream ln bfloat16 32768 ln_bf16_32k
 run softmax_cluster sm bfloat16 32768 sm_bf16_32k
 run softmax_cluster sm float32 32768 sm_f32_32k
