@@ -73,15 +73,15 @@ template <typename T> struct alignas(16) Slot {
     return {{u.x, u.y, u.z, u.w}};
   }
   // One 16-byte global store (explicit: from a plain uint4 store the compiler emitted four 32-bit STGs where the
-  // words came from different branches of the output pass and sat in non-adjacent registers).
-  __device__ __forceinline__ void store(T* p) const {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
-  }
-  // streaming store (evict-first): output that nothing reads soon stays out of the way of L2 re-reads
-  __device__ __forceinline__ void store_cs(T* p) const {
-    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
+  // words came from different branches of the output pass and sat in non-adjacent registers). STREAMING: .cs
+  // (evict-first), for output that nothing reads soon, out of the way of L2 re-reads.
+  template <bool STREAMING = false> __device__ __forceinline__ void store(T* p) const {
+    if constexpr (STREAMING)
+      asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                   "r"(w[3]) : "memory");
+    else
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                   "r"(w[3]) : "memory");
   }
   __device__ __forceinline__ static Slot neg_inf() {  // -inf in every element (constant bits)
     const unsigned a = same_t<T, __half>::value ? 0xFC00FC00u : same_t<T, __nv_bfloat16>::value ? 0xFF80FF80u
@@ -93,7 +93,8 @@ template <typename T> struct alignas(16) Slot {
   __device__ __forceinline__ typename Acc<T>::type get(int k) const {
     if constexpr (same_t<T, float>::value) return __uint_as_float(w[k]);
     else if constexpr (same_t<T, double>::value) return __hiloint2double((int)w[2 * k + 1], (int)w[2 * k]);
-    else if constexpr (same_t<T, __half>::value) return __half2float(__ushort_as_half((unsigned short)(w[k >> 1] >> (16 * (k & 1)))));
+    else if constexpr (same_t<T, __half>::value)
+      return __half2float(__ushort_as_half((unsigned short)(w[k >> 1] >> (16 * (k & 1)))));
     else return __uint_as_float((k & 1) ? (w[k >> 1] & 0xFFFF0000u) : (w[k >> 1] << 16));
   }
   // set elements k and k + 1 (16-bit types: one word) from accumulator values
@@ -103,7 +104,8 @@ template <typename T> struct alignas(16) Slot {
       w[2 * k] = (unsigned)__double2loint(a); w[2 * k + 1] = (unsigned)__double2hiint(a);
       w[2 * k + 2] = (unsigned)__double2loint(b); w[2 * k + 3] = (unsigned)__double2hiint(b);
     } else if constexpr (same_t<T, __half>::value)
-      w[k >> 1] = (unsigned)__half_as_ushort(__float2half_rn(a)) | ((unsigned)__half_as_ushort(__float2half_rn(b)) << 16);
+      w[k >> 1] = (unsigned)__half_as_ushort(__float2half_rn(a)) |
+                  ((unsigned)__half_as_ushort(__float2half_rn(b)) << 16);
     else
       w[k >> 1] = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
                   ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16);
@@ -196,8 +198,7 @@ template <typename T, bool STREAMING = false>
 __device__ __forceinline__ void store_slot(T* base, const Slot<T>& r, int e, int lo, int hi) {
   constexpr int VEC = Slot<T>::VEC;
   if (e >= lo && e + VEC <= hi) {
-    if (STREAMING) r.store_cs(base + e);
-    else r.store(base + e);
+    r.template store<STREAMING>(base + e);
     return;
   }
 #pragma unroll
@@ -310,7 +311,8 @@ template <typename A> struct OutConst {
   bool fast;
   float e2;
 };
-template <typename T, typename A> __device__ __forceinline__ OutConst<A> output_const(const SoftmaxState<A>& s, int op) {
+template <typename T, typename A>
+__device__ __forceinline__ OutConst<A> output_const(const SoftmaxState<A>& s, int op) {
   OutConst<A> o{op, s.m, op == OP_SOFTMAX ? softmax_scale(s) : log_acc(s.l), false, 0.0f};
   if (op == OP_SOFTMAX && fast_exp<T>(s.m)) {  // (then l >= 1: the max itself counts 1)
     o.fast = true;
@@ -615,6 +617,13 @@ __device__ __forceinline__ void prefetch_slots_l2(const T* xb, int a, int b, uns
                  "r"((unsigned)(b - a) * 16u), "l"(pol) : "memory");
 }
 
+// Held slot j of a segment (its row's head or tail slot) loaded element by element, −inf padded, into shared memory.
+template <typename T>
+__device__ __forceinline__ void stage_slot(uint4* held_raw, int j, const T* xb, const ChunkRange& c) {
+  const Slot<T> r = load_slot<T>(xb, j * Slot<T>::VEC, c.lo, c.hi);
+  held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+}
+
 // The block's state of a row from its threads' states, in every thread with the same bits: the max M by a
 // butterfly of maxima (exact), then each thread's l scaled to M once, l·e^(m−M) (rescale: expf, the edge cases of
 // merge), summed by a butterfly of additions (commutative: every lane gets the same bits) and over the warps in
@@ -648,9 +657,9 @@ __device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s
 
 // softmax_cluster<T, THREADS, C, BULK>: C blocks (a cluster; C = 1: one block, no exchange) per row, rows
 // cluster-stride; BULK: how the held part is copied (bulk copies by thread 0, or cp.async by every thread; the
-// host picks per cluster size, as measured on the H200). seg: slots per block segment (the host picks ceil(row slots / C)); hold: slots of a segment held
-// in shared memory (the dynamic shared memory is hold x 16 bytes; the lse/state ops pass 0 and stream). Float
-// accumulators (16- and 32-bit inputs).
+// host picks per cluster size, as measured on the H200). seg: slots per block segment (the host picks
+// ceil(row slots / C)); hold: slots of a segment held in shared memory (the dynamic shared memory is hold x 16
+// bytes; the lse/state ops pass 0 and stream). Float accumulators (16- and 32-bit inputs).
 //
 // The schedule of one row, in block r (rank r of the cluster), thread t:
 //   1. copy: thread t folds the held slots j = t + k·THREADS (k < ceil(held / THREADS)), in P = 4 groups of
@@ -663,7 +672,8 @@ __device__ __forceinline__ SoftmaxState<float> block_state(SoftmaxState<float> s
 //      loads (evict-last: they are read again in step 5), PF slots behind a bulk L2 prefetch that thread 0
 //      keeps ahead of them, and folded into the thread's state while the copies fly;
 //   3. reduce: wait for group p (BULK: cbar[p], phase parity of the row counter; else cp.async.wait_group),
-//      fold its slots into the state, p = 0..3 (the later groups keep arriving); then the block's state (block_state, the same bits everywhere);
+//      fold its slots into the state, p = 0..3 (the later groups keep arriving); then the block's state
+//      (block_state, the same bits everywhere);
 //   4. exchange (C > 1): warp 0 sends the block state to slot r of every block's `xch[parity]` (lane 0 its own
 //      slot and its arrival on the local mbarrier, lane q to block q by st.async, completing on block q's
 //      mbarrier); each block waits on its own mbarrier (no cluster-wide barrier per row) and merges
@@ -744,8 +754,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       for (int q = 0; q < 2; ++q) {
         const int j = q == 0 ? 0 : jt;
         if ((q == 0 ? w0 > 0 && nh > 0 : jt < nh) && threadIdx.x == j % THREADS) {
-          const Slot<T> r = load_slot<T>(xb, j * VEC, c.lo, c.hi);
-          held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+          stage_slot(held_raw, j, xb, c);
         }
       }
     } else {  // thread t: cp.async of its own slots, a commit group per p
@@ -757,8 +766,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
           if (j >= nh) break;
           if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, drop);
           else {  // head or tail slot: element loads, -inf padded
-            const Slot<T> r = load_slot<T>(xb, e, c.lo, c.hi);
-            held_raw[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+            stage_slot(held_raw, j, xb, c);
           }
         }
         cp_async_commit();
