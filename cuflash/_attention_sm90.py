@@ -391,7 +391,7 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     else:
         grid = (math.ceil(Sq / br), Hq, B)
     _compile.launch(kern, grid, (threads(var, br),), args, shared_mem=smem_bytes(var, d, br, bc, pin),
-                    what=f"attention sm90 {var} (Br={br}, Bc={bc}, pv_n={pv}, head_dim={d}, {dt})")
+                    what=lambda: f"attention sm90 {var} (Br={br}, Bc={bc}, pv_n={pv}, head_dim={d}, {dt})")
     if d != p.head_dim:
         out = cupy.ascontiguousarray(out[..., :p.head_dim])
     return out, lse

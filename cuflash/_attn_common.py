@@ -74,6 +74,11 @@ def as_int(v, what: str) -> int:
     return int(v)
 
 
+# The smallest magnitude that rounds to infinity in float32 (round to nearest even): 2^128 - 2^103, halfway between
+# float32's largest finite value (2^128 - 2^104) and 2^128; below it a double rounds to a finite float32.
+_F32_OVERFLOW = 2.0**128 - 2.0**103
+
+
 def as_float(v, what: str) -> float:
     """``v`` as a Python float that is finite in float32 (the kernels take float32): ints, floats and NumPy /
     ml_dtypes real scalars; a bool, string or complex raises TypeError, NaN, inf or a value beyond float32's range
@@ -83,9 +88,8 @@ def as_float(v, what: str) -> float:
     if not real or isinstance(v, (bool, np.bool_)):
         raise TypeError(f"{what} must be a real number, got {v!r} ({type(v).__name__})")
     f = float(v)
-    with np.errstate(over="ignore"):
-        if not (math.isfinite(f) and math.isfinite(float(np.float32(f)))):
-            raise ValueError(f"{what} must be finite in float32, got {v!r}")
+    if not abs(f) < _F32_OVERFLOW:  # (NaN too)
+        raise ValueError(f"{what} must be finite in float32, got {v!r}")
     return f
 
 

@@ -196,7 +196,7 @@ def allow_non_portable_cluster(kernel) -> None:
 GRID_MAX = (2**31 - 1, 65535, 65535)  # CUDA's limits on gridDim.x, .y, .z
 
 
-def launch(kernel, grid, block, args, shared_mem: int = 0, what: str = "") -> None:
+def launch(kernel, grid, block, args, shared_mem: int = 0, what="") -> None:
     """Launch ``kernel`` on the current stream; raise ConfigurationError if the shared memory does not fit, and
     ValueError (before launching) for a grid beyond CUDA's limits (x < 2^31, y and z <= 65535: e.g. more than
     65535 heads or batches where a kernel maps them to grid.y / grid.z).
@@ -207,7 +207,7 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, what: str = "") -> No
     dims = grid if isinstance(grid, tuple) else (grid,)
     for n, limit, axis in zip(dims, GRID_MAX, "xyz"):
         if n > limit:
-            raise ValueError(f"{what or kernel.name}: grid {tuple(dims)} exceeds CUDA's limit on grid.{axis} "
+            raise ValueError(f"{_what(what, kernel)}: grid {tuple(dims)} exceeds CUDA's limit on grid.{axis} "
                              f"({limit}); the input has too many rows / heads / batches for this kernel")
     if shared_mem:
         static = _static_smem(kernel)
@@ -217,10 +217,16 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, what: str = "") -> No
             limit = max_shared_optin(cupy.cuda.runtime.getDevice())
             if shared_mem + static > limit:
                 raise ConfigurationError(
-                    f"{what or kernel.name}: needs {shared_mem} bytes of dynamic + {static} bytes of static shared "
+                    f"{_what(what, kernel)}: needs {shared_mem} bytes of dynamic + {static} bytes of static shared "
                     f"memory per block, the device allows {limit}")
             _allow_dynamic_smem(kernel, shared_mem)
     kernel(grid, block, args, shared_mem=shared_mem)
+
+
+def _what(what, kernel) -> str:
+    """The launch's name for an error message (``what`` a string or a callable returning one)."""
+    what = what() if callable(what) else what
+    return what or kernel.name
 
 
 def _allow_dynamic_smem(kernel, shared_mem: int) -> None:

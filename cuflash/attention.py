@@ -260,7 +260,7 @@ def fa2_forward(p, block_sizes=None):
         grid = (math.ceil(Sq / br), Hq, B)
         block = (warps * 32,)
     _compile.launch(kern, grid, block, tuple(args), shared_mem=smem,
-                    what=f"attention fa2 (Br={br}, Bc={bc}, warps={warps}, head_dim={d}, {dt})")
+                    what=lambda: f"attention fa2 (Br={br}, Bc={bc}, warps={warps}, head_dim={d}, {dt})")
     if d != p.head_dim:
         out = cupy.ascontiguousarray(out[..., :p.head_dim])
     return out, lse

@@ -439,11 +439,11 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
                                             sm90_options(SM90_STAGES, None, dq_mode if fixed else None)),
                         (math.ceil(Sk / 128), Hkv, B), (256,), dkdv_args,
                         shared_mem=sm90_smem(d, SM90_STAGES, dq_mode == 2),
-                        what=f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
+                        what=lambda: f"attention_backward dK/dV (wgmma, head_dim {d}, {dt})")
     else:
         _compile.launch(_compile.get_kernel(SOURCE, names["dkdv"]), (math.ceil(Sk / bc), Hkv, B),
                         (32 * (bc // 16) * wn,), dkdv_args, shared_mem=smem_bytes(dt, d, "dkdv", bc),
-                        what=f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
+                        what=lambda: f"attention_backward dK/dV (head_dim {d}, Bc {bc}, {dt})")
     if use_atomic:
         tpr, grid = _row_split(D, 4, B, Hq, Sq)
         _compile.launch(_compile.get_kernel(SOURCE, names["convert"]), grid, (32 * ROWS_WARPS,),
@@ -454,5 +454,5 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         _compile.launch(_compile.get_kernel(SOURCE, names["dq"]), (math.ceil(Sq / BM), Hq, B), block,
                         (qq, kk, vv, gg, lse_safe, delta, dq, *_st(qq), *_st(kk), *_st(vv), *_st(gg), *_st(dq),
                          *common), shared_mem=smem_bytes(dt, d, "dq"),
-                        what=f"attention_backward dQ deterministic (head_dim {d}, {dt})")
+                        what=lambda: f"attention_backward dQ deterministic (head_dim {d}, {dt})")
     return dq, dk, dv

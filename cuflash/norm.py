@@ -302,7 +302,8 @@ def _check_param(p, name, nshape, dt, fn):
     p = _as_device(p, f"{fn}: {name}")
     if tuple(p.shape) != nshape:
         raise ValueError(f"{fn}: {name} has shape {tuple(p.shape)}, expected normalized_shape {nshape}")
-    _dtypes.check_dtype(p.dtype, _wtypes(dt), f"{fn}: {name} (with input dtype {dt})")
+    if p.dtype not in _wtypes(dt):  # (the message, with its dtype names, is built only here)
+        _dtypes.check_dtype(p.dtype, _wtypes(dt), f"{fn}: {name} (with input dtype {dt})")
     return p
 
 
@@ -511,7 +512,7 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
                          bias if bias is not None else _NULL, y, h if h is not None else _NULL,
                          mean if mean is not None else _NULL, rstd if rstd is not None else _NULL,
                          np.int64(rows), np.int32(hidden), np.float32(eps)) + tail,
-                        shared_mem=pl.smem, what=f"{fn} hidden={hidden} {dt}")
+                        shared_mem=pl.smem, what=lambda: f"{fn} hidden={hidden} {dt}")
     out = (y,) if h is None else (y, h)
     if return_stats:
         out = out + ((mean, rstd) if kind == LAYER else (rstd,))
@@ -721,7 +722,7 @@ def _backward(kind, fn, dy, x, weight, mean, rstd):
     else:
         tail = (np.int32(pl.nchunks), np.int32(pl.G), np.int32(pl.dw_global), np.int32(pl.db_global))
     _compile.launch(pl.kern, (nb,), (pl.G * pl.rpb,), common + tail, shared_mem=pl.smem,
-                    what=f"{fn} hidden={hidden} {dt}")
+                    what=lambda: f"{fn} hidden={hidden} {dt}")
     dw = db = None
     rgrid = (math.ceil(hidden / 32),)
     if ws_dw is not None:

@@ -23,9 +23,11 @@ def test_as_float():
     for v in ("0.5", b"1", True, np.bool_(False), 1j, None, [1.0]):
         with pytest.raises(TypeError, match="real number"):
             _attn_common.as_float(v, "s")
-    for v in (float("nan"), float("inf"), 1e39, -1e39):
-        with pytest.raises(ValueError, match="finite in float32"):
+    for v in (float("nan"), float("inf"), 1e39, -1e39, 2.0**128 - 2.0**103, -(2.0**128 - 2.0**103)):
+        with pytest.raises(ValueError, match="finite in float32"):  # (the last two round to inf in float32)
             _attn_common.as_float(v, "s")
+    top = np.nextafter(2.0**128 - 2.0**103, 0)  # the largest double that rounds to float32's max, not to inf
+    assert np.isfinite(np.float32(top)) and _attn_common.as_float(top, "s") == top
 
 
 @pytest.mark.parametrize("scale, err", [("0.5", TypeError), (True, TypeError), (1e39, ValueError),
@@ -73,6 +75,13 @@ def test_launch_refuses_grids_beyond_cuda_limits():
     assert not calls
     _compile.launch(Kernel(), (2**31 - 1, 65535, 65535), (128,), ())
     assert len(calls) == 1
+    # the launch's name: a string or a callable, formatted only for the error (never on a launch that goes)
+    with pytest.raises(ValueError, match=r"^layer_norm hidden=7: grid"):
+        _compile.launch(Kernel(), (2**31,), (128,), (), what=lambda: "layer_norm hidden=7")
+    with pytest.raises(ValueError, match=r"^named: grid"):
+        _compile.launch(Kernel(), (2**31,), (128,), (), what="named")
+    _compile.launch(Kernel(), (1,), (128,), (), what=lambda: 1 / 0)
+    assert len(calls) == 2
 
 
 @pytest.mark.parametrize("shape", ["64", (4.7,), ("4",), True, (np.float64(4.0),), None])
