@@ -1,8 +1,10 @@
 """Probe (scratch): host time per call of the wrappers on a tiny input (the GPU idle most of the time), 2000 calls
-and one sync, and a cProfile of layer_norm's calls: norm_slope_probe found ~100 us a call (flat times up to 128 MiB).
-    PYTHONPATH=. python experiments/scratch/host_overhead_probe.py"""
+and one sync, and a cProfile of the calls of one of them (argument: its name, default layer_norm): norm_slope_probe
+found ~100 us a layer_norm call (flat times up to 128 MiB).
+    PYTHONPATH=. python experiments/scratch/host_overhead_probe.py [attention]"""
 import cProfile
 import pstats
+import sys
 import time
 
 import cupy as cp
@@ -15,7 +17,16 @@ w, b = (cp.random.standard_normal(1024, dtype=cp.float32).astype(_dtypes.bfloat1
 calls = {"layer_norm": lambda: cuflash.layer_norm(x, (1024,), w, b), "rms_norm": lambda: cuflash.rms_norm(x, (1024,), w),
          "layer_norm no affine": lambda: cuflash.layer_norm(x, (1024,)),
          "softmax": lambda: cuflash.softmax(x, axis=-1), "cupy x + x": lambda: x + x}
+q, k, v = (cp.random.standard_normal((1, 4, 128, 64), dtype=cp.float32).astype(_dtypes.bfloat16) for _ in range(3))
+calls["attention causal (1, 4, 128, 64)"] = lambda: cuflash.attention(q, k, v, causal=True)
+calls["attention"] = calls["attention causal (1, 4, 128, 64)"]
+calls["attention_backward"] = lambda: cuflash.attention_backward(do, q, k, v, o, lse, causal=True)
+o, lse = cuflash.attention(q, k, v, causal=True, return_lse=True)
+do = cp.random.standard_normal(o.shape, dtype=cp.float32).astype(_dtypes.bfloat16)
+target = (sys.argv[1:] or ["layer_norm"])[0]
 for name, fn in calls.items():
+    if name in ("attention",):
+        continue
     for _ in range(20):
         fn()
     cp.cuda.Device().synchronize()
@@ -27,6 +38,6 @@ for name, fn in calls.items():
 pr = cProfile.Profile()
 pr.enable()
 for _ in range(2000):
-    calls["layer_norm"]()
+    calls[target]()
 pr.disable()
-pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+pstats.Stats(pr).sort_stats("tottime").print_stats(25)
