@@ -7,8 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cupy as cp  # noqa: E402
-from _softmax_probe import NBYTES, bench, sm  # noqa: E402
+from _softmax_probe import NBYTES, bench, fill_normal, own_array, sm  # noqa: E402
 from cuflash import _dtypes  # noqa: E402
 
 SHAPES = [("float32", 32768), ("bfloat16", 65536), ("float32", 65536), ("bfloat16", 131072), ("float32", 131072)]
@@ -16,8 +15,7 @@ out = []
 for dname, cols in SHAPES:
     dt = getattr(_dtypes, dname)
     shp = (NBYTES // (cols * dt.itemsize), cols)
-    x = cp.ndarray(shp, dtype=dt, memptr=cp.cuda.MemoryPointer(cp.cuda.Memory(NBYTES), 0))
-    x[...] = cp.random.standard_normal(shp, dtype=cp.float32).astype(dt)
+    x = fill_normal(own_array(dt, shp))
     pr = sm._prepare(x, -1, sm.OP_SOFTMAX, "online", None)
     k = pr.kernels[0]
     res = {}
@@ -28,7 +26,7 @@ for dname, cols in SHAPES:
             except Exception as e:  # noqa: BLE001
                 print("carveout", carve, "refused:", e)
                 continue
-            y = cp.ndarray(shp, dtype=dt, memptr=cp.cuda.MemoryPointer(cp.cuda.Memory(NBYTES), 0))
+            y = own_array(dt, shp)
             ms = bench.time_cuda(lambda: sm._exec(pr, x, sm.OP_SOFTMAX, "online", y=y), warmup=3, rep=30)["median_ms"]
             out.append(dict(round=rnd, carveout=carve, dtype=dname, cols=cols, C=pr.plan.chunks, ms=ms))
             res.setdefault(carve, []).append(ms)

@@ -7,16 +7,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cupy as cp  # noqa: E402
-from _softmax_probe import NBYTES, bench, sm  # noqa: E402
+from _softmax_probe import NBYTES, bench, fill_normal, own_array, sm  # noqa: E402
 from cuflash import _dtypes  # noqa: E402
 
 MiB = 1 << 20
 out = []
 
 
-def arr(dt, shape, alloc_bytes=None, offset=0):
-    mem = cp.cuda.Memory(alloc_bytes or NBYTES)
-    return cp.ndarray(shape, dtype=dt, memptr=cp.cuda.MemoryPointer(mem, offset))
+arr = own_array
 
 
 def timeit(tag, x, y):
@@ -27,8 +25,7 @@ def timeit(tag, x, y):
           flush=True)
 
 
-def fill(x):
-    x[...] = cp.random.standard_normal(x.shape, dtype=cp.float32).astype(x.dtype)
+fill = fill_normal
 
 
 for cols in (32768, 131072):

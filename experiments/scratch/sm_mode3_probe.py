@@ -8,14 +8,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cupy as cp  # noqa: E402
-from _softmax_probe import NBYTES, bench, sm  # noqa: E402
+from _softmax_probe import NBYTES, bench, fill_normal, own_array, sm  # noqa: E402
 from cuflash import _dtypes  # noqa: E402
 
 out = []
 
 
-def arr(dt, shape):
-    return cp.ndarray(shape, dtype=dt, memptr=cp.cuda.MemoryPointer(cp.cuda.Memory(NBYTES), 0))
+arr = own_array
 
 
 def timeit(tag, x, y):
@@ -30,7 +29,7 @@ for dname, cols in (("float32", 32768), ("bfloat16", 65536), ("float32", 131072)
     dt = getattr(_dtypes, dname)
     shp = (NBYTES // (cols * dt.itemsize), cols)
     x = arr(dt, shp)
-    x[...] = cp.random.standard_normal(shp, dtype=cp.float32).astype(dt)
+    fill_normal(x)
     ys = [arr(dt, shp) for _ in range(3)]
     for i, y in enumerate(ys):
         timeit(f"y{i} fresh", x, y)

@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cupy as cp  # noqa: E402
-from _softmax_probe import NBYTES, bench, sm  # noqa: E402
+from _softmax_probe import NBYTES, bench, fill_normal, own_array, sm  # noqa: E402
 from cuflash import _compile, _dtypes  # noqa: E402
 
 VARIANTS = {"base": (), "touch1": ("-DSM_TOUCH=1",), "touch2": ("-DSM_TOUCH=2",)}
@@ -24,7 +24,7 @@ ker = cp.RawKernel(r'''extern "C" __global__ void touch(unsigned char* p, long l
 
 
 def fresh(dt, shape, touched=False):
-    y = cp.ndarray(shape, dtype=dt, memptr=cp.cuda.MemoryPointer(cp.cuda.Memory(NBYTES), 0))
+    y = own_array(dt, shape)
     if touched:
         step = 2 << 20
         ker((-(-NBYTES // step // 256),), (256,), (y.view(cp.uint8).reshape(-1), cp.int64(NBYTES), cp.int64(step)))
@@ -35,8 +35,7 @@ out = []
 for dname, cols in SHAPES:
     dt = getattr(_dtypes, dname)
     shp = (NBYTES // (cols * dt.itemsize), cols)
-    x = cp.ndarray(shp, dtype=dt, memptr=cp.cuda.MemoryPointer(cp.cuda.Memory(NBYTES), 0))
-    x[...] = cp.random.standard_normal(shp, dtype=cp.float32).astype(dt)
+    x = fill_normal(own_array(dt, shp))
     res = {}
     for rnd in range(2):
         for v, opts in list(VARIANTS.items()) + [("base, touched y", ())]:

@@ -7,15 +7,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cupy as cp  # noqa: E402
-from _softmax_probe import NBYTES, bench, sm  # noqa: E402
+from _softmax_probe import NBYTES, bench, fill_normal, own_array, sm  # noqa: E402
 from cuflash import _dtypes  # noqa: E402
 
 out = []
 KB = 1 << 10
 
 
-def arr(dt, shape):
-    return cp.ndarray(shape, dtype=dt, memptr=cp.cuda.MemoryPointer(cp.cuda.Memory(NBYTES), 0))
+arr = own_array
 
 
 def timeit(tag, x, y, partition=None):
@@ -28,11 +27,11 @@ def timeit(tag, x, y, partition=None):
 
 shp = (NBYTES // (32768 * 4), 32768)
 x = arr(cp.float32, shp)
-x[...] = cp.random.standard_normal(shp, dtype=cp.float32)
+fill_normal(x)
 xb = arr(_dtypes.bfloat16, (NBYTES // (32768 * 2), 32768))
-xb[...] = cp.random.standard_normal(xb.shape, dtype=cp.float32).astype(_dtypes.bfloat16)
+fill_normal(xb)
 xk = arr(cp.float32, (NBYTES // (8192 * 4), 8192))
-xk[...] = cp.random.standard_normal(xk.shape, dtype=cp.float32)
+fill_normal(xk)
 yb_shape = xb.shape
 ker = cp.RawKernel(r'''extern "C" __global__ void touch(unsigned char* p, long long n, long long step, int write) {
   long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * step;
