@@ -31,8 +31,8 @@
 //              compile time by __cluster_dims__, so an ordinary launch works; C = 1: a block per row, the row
 //              in shared memory). Block r of the cluster takes the
 //              r-th contiguous segment of the row: it copies the segment once into shared memory (bulk copies,
-//              cp.async.bulk, or cp.async per thread, as the host picks for C; evict-first: it is never read from
-//              L2 again), reduces it to a state, and the C
+//              cp.async.bulk, or cp.async per thread, as the host picks for C; never read from L2 again, yet
+//              marked evict-last at C <= 4, which measured faster there), reduces it to a state, and the C
 //              block states are exchanged through distributed shared memory: every block sends its state into
 //              a slot of every peer (st.async, completing on the peer's mbarrier), each block merges the C slots
 //              in rank order once they are in (the same bits in every block), and writes its segment's output
@@ -379,6 +379,7 @@ softmax_cached(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64
   __shared__ St smem[32];
   __shared__ int s_ticket;
 
+  CUFLASH_TL(0);
   const int t = G == THREADS ? threadIdx.x : threadIdx.x % G;  // thread within its row group
   i64 row, chunk = 0;
   if (K > 1) {  // take a ticket: chunks are handed out in the order blocks start
@@ -408,6 +409,7 @@ softmax_cached(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64
   St s{m, l};
   if (G <= 32) s = warp_allreduce<(G <= 32 ? G : 32)>(s, MergeOp());
   else s = block_allreduce(s, MergeOp(), smem);
+  CUFLASH_TL(1);
 
   if (K > 1) {  // publish this chunk's state, wait for the row's K states, merge them
     if (threadIdx.x == 0) {
@@ -434,6 +436,7 @@ softmax_cached(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64
     const int j = t + i * G;
     if (j < c.nslots) store_slot<T>(yb, output_slot<T>(buf[i], oc), j * VEC, c.lo, c.hi);
   }
+  CUFLASH_TL(2);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -708,8 +711,12 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   __shared__ __align__(8) unsigned long long cbar[BULK ? P : 1];  // BULK: the P bulk copies complete on these
 
   const unsigned rank = C > 1 ? cluster_rank() : 0;
+  CUFLASH_TL(0);
   const i64 nclusters = gridDim.x / C;
   const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
+  // the held copies' L2 policy: evict_last at C <= 4, evict_first above (H200, same-run A/B of both in two calls,
+  // README #3: +0.7-1.5 % at C = 2 and 4; at C = 8 and 16, where 2 MiB rows also stream, -0.7..+0.2 %)
+  const unsigned long long hold_pol = C <= 4 ? keep : drop;
   if (threadIdx.x == 0 && (BULK || C > 1)) {
     if constexpr (BULK)
       for (int p = 0; p < P; ++p) mbar_init(smem_u32(&cbar[p]), 1);
@@ -746,7 +753,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
           const int a = max(p * kq * THREADS, w0), b = min((p + 1) * kq * THREADS, w1);
           const unsigned bytes = b > a ? (unsigned)(b - a) * 16u : 0u, mb = smem_u32(&cbar[p]);
           mbar_arrive_expect_tx(mb, bytes);
-          if (bytes) bulk_copy_g2s(smem_u32(&held[a]), xb + (i64)a * VEC, bytes, mb, drop);
+          if (bytes) bulk_copy_g2s(smem_u32(&held[a]), xb + (i64)a * VEC, bytes, mb, hold_pol);
         }
       }
       const int jt = max(w1, w0);  // the partial last slot of the held part, if jt < nh (then jt = nh − 1)
@@ -764,7 +771,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
         for (int k = p * kq; k < k1; ++k) {
           const int j = threadIdx.x + k * THREADS, e = j * VEC;
           if (j >= nh) break;
-          if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, drop);
+          if (e >= c.lo && e + VEC <= c.hi) cp_async_slot(&held[j], xb + e, hold_pol);
           else {  // head or tail slot: element loads, -inf padded
             stage_slot(held_raw, j, xb, c);
           }
@@ -823,6 +830,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       for (int q = 1; q < C; ++q) s = merge(s, St{xch[parity][q].x, xch[parity][q].y});
     }
 
+    if (it == 0) CUFLASH_TL(1);
     if (op >= OP_LSE) {
       if (rank == 0 && threadIdx.x == 0) write_row_result(op, row, s, y, out_m, out_l);
       continue;
@@ -855,6 +863,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
     }
   }
   if (C > 1 && !waited) cluster_wait();  // a cluster without a row: pair the start arrive
+  CUFLASH_TL(2);
 }
 
 #endif  // __CUDA_ARCH__ >= 900

@@ -9,6 +9,26 @@
 #define CUFLASH_SRC_HASH 0
 #endif
 
+// Study knob (experiments/scratch/timeline_probe.py): with -DCUFLASH_TIMELINE=N the kernels that call
+// CUFLASH_TL(k) record, for blocks 0..N-1, %globaltimer at mark k (0 start, 1 the row's state known, 2 end) and
+// the SM id (slot 3). Compiled out otherwise.
+#ifdef CUFLASH_TIMELINE
+__device__ unsigned long long cuflash_timeline[(CUFLASH_TIMELINE) * 4];
+#define CUFLASH_TL(k)                                                                           \
+  do {                                                                                          \
+    if (threadIdx.x == 0 && blockIdx.x < (CUFLASH_TIMELINE)) {                                  \
+      unsigned long long t_;                                                                    \
+      unsigned s_;                                                                              \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                    \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(s_));                                           \
+      cuflash_timeline[blockIdx.x * 4 + (k)] = t_;                                              \
+      if ((k) == 0) cuflash_timeline[blockIdx.x * 4 + 3] = s_;                                  \
+    }                                                                                           \
+  } while (0)
+#else
+#define CUFLASH_TL(k) do { } while (0)
+#endif
+
 namespace cuflash {
 
 typedef long long i64;

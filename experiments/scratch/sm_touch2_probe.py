@@ -40,6 +40,7 @@ for dname, cols in SHAPES:
     for rnd in range(2):
         for v, opts in list(VARIANTS.items()) + [("base, touched y", ())]:
             VAR[:] = opts
+            sm._PREP.clear()  # (missing before 2026-11-30: every variant ran the default kernel)
             y = fresh(dt, shp, touched=v.endswith("touched y"))
             pr = sm._prepare(x, -1, sm.OP_SOFTMAX, "online", None)
             ms = bench.time_cuda(lambda: sm._exec(pr, x, sm.OP_SOFTMAX, "online", y=y), warmup=3, rep=30)["median_ms"]

@@ -1,4 +1,6 @@
-"""(Its -D knobs exist only in softmax.cu of branch wip/sm-hints; on main they change nothing.) Probe (#3, scratch): softmax.cu's probe knobs (SM_CS, SM_HOLDPOL, SM_CACHED_HINT) against the default build, in
+"""(Its -D knobs exist only in softmax.cu of branches wip/sm-hints and wip/timeline; on main they change nothing.
+Before wip/timeline's 2026-11-30 fix this probe measured the default kernel under every variant's name: the
+wrapper's prepared-launch cache (softmax._PREP) kept the first kernel; it is cleared at each switch now.) Probe (#3, scratch): softmax.cu's probe knobs (SM_CS, SM_HOLDPOL, SM_CACHED_HINT) against the default build, in
 one process: each variant adds its -D options to every softmax.cu kernel it compiles (cuflash._compile.get_kernel
 wrapped), shapes on the automatic plan, variants interleaved in each of three rounds, copy in the same run.
     PYTHONPATH=. python experiments/scratch/sm_variants.py          (device)
@@ -11,7 +13,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {"base": (), "cs0": ("-DSM_CS=0",), "hold1": ("-DSM_HOLDPOL=1",), "hold2": ("-DSM_HOLDPOL=2",),
             "cs0hold1": ("-DSM_CS=0", "-DSM_HOLDPOL=1"), "chint": ("-DSM_CACHED_HINT=1",),
             "touch1": ("-DSM_TOUCH=1",), "touch2": ("-DSM_TOUCH=2",),
-            "st500": ("-DSM_STAGGER=500",), "st1000": ("-DSM_STAGGER=1000",), "st2000": ("-DSM_STAGGER=2000",)}
+            "st500": ("-DSM_STAGGER=500",), "st1000": ("-DSM_STAGGER=1000",), "st2000": ("-DSM_STAGGER=2000",),
+            "on4": ("-DSM_ONLINE_U=4",), "on2": ("-DSM_ONLINE_U=2",)}
+REGISTER_ONLY = ("chint", "on4", "on2")  # knobs of the register kernels; st*: both; the others: the cluster's
 if os.environ.get("SM_VARIANTS"):  # a subset, e.g. SM_VARIANTS=base,touch1 (the build and the run)
     VARIANTS = {k: VARIANTS[k] for k in os.environ["SM_VARIANTS"].split(",")}
 SHAPES = [("bfloat16", 1024), ("bfloat16", 4096), ("bfloat16", 16384), ("float32", 16384), ("bfloat16", 32768),
@@ -36,7 +40,8 @@ if "--build" in sys.argv:
     for v, opts in VARIANTS.items():
         if v == "base":
             continue  # the declared kernels: kcache_offline.py --match softmax
-        names = CACHED if v == "chint" else CLUSTER if not v.startswith("st") else CLUSTER + ALL_CACHED
+        names = (CACHED if v == "chint" else ALL_CACHED if v in REGISTER_ONLY else CLUSTER if not v.startswith("st")
+                 else CLUSTER + ALL_CACHED)
         for ct in ("__nv_bfloat16", "float"):
             for n in names:
                 extra = sm.CLUSTER_ARCH_OPTIONS if "cluster" in n else ()
@@ -65,10 +70,14 @@ for dname, cols, dt, rows, (x,) in inputs(SHAPES):
     _, pl = sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", None, return_plan=True)
     for rnd in range(3):
         for v, opts in VARIANTS.items():
-            if v not in ("base",) and not v.startswith("st") and (v == "chint") != (pl.path != "cluster"):
+            if v not in ("base",) and not v.startswith("st") and (v in REGISTER_ONLY) != (pl.path != "cluster"):
                 continue
             VAR[:] = opts
+            sm._PREP.clear()  # the prepared launch holds the kernel: rebuild it with this variant's options
             fn = lambda: sm._softmax_impl(x, -1, sm.OP_SOFTMAX, "online", None)  # noqa: E731
+            kern = sm._prepare(x, -1, sm.OP_SOFTMAX, "online", None).kernels[0]
+            assert any(kk is kern and kk_key[2][len(kk_key[2]) - len(opts):] == tuple(opts)
+                       for kk_key, kk in _compile._KERNELS.items()), f"{v}: the launch's kernel lacks {opts}"
             ms = bench.time_cuda(fn, warmup=3, rep=30)["median_ms"]
             f = frac(rows, cols, dt, ms, copy)
             out.append(dict(round=rnd, variant=v, dtype=dname, cols=cols, path=pl.path, C=pl.chunks, copy=pl.copy,
