@@ -640,16 +640,16 @@ __global__ void __cluster_dims__(CL, 1, 1)
 //   slots it filled itself, so cp.async.wait_group alone orders them (no barrier). Slot layout
 //   [stage][k][thread] keeps a warp's 16-byte accesses on distinct banks. With RES the stage also holds the
 //   residual's vectors (k = nvr .. 2 nvr - 1); h = x + residual overwrites the x slot.
-//   Rows go to groups grid-stride (persistent grid: gridDim.x = resident blocks), so a thread's columns are the
-//   same in every row: the weights and bias of its first NH chunks are loaded once and held in registers,
-//   later chunks load theirs per row. Shared memory, not registers, bounds this kernel's occupancy (one 512-thread
+//   Rows go to the groups of a persistent grid (gridDim.x = resident blocks) as they ask for them (a ticket per
+//   stream; without one, grid-stride), so a thread's columns are the same in every row: the weights and bias of
+//   its first NH chunks are loaded once and held in registers, later chunks load theirs per row. Shared memory, not registers, bounds this kernel's occupancy (one 512-thread
 //   block, or two 256-thread warp-path blocks of <= 100 KiB, per SM), hence the explicit minimum blocks: without
 //   it ptxas held some instantiations to 64 registers and spilled.
 template <typename T, typename W, int KIND, int NH, bool RES, bool WARP, int STAGES = WARP ? 3 : 2>
 __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_stream(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
     T* __restrict__ y, T* __restrict__ hout, float* __restrict__ mean_out, float* __restrict__ rstd_out,
-    const i64 rows, const int hidden, const float eps, const int nvr) {
+    const i64 rows, const int hidden, const float eps, const int nvr, unsigned* __restrict__ ticket) {
   constexpr int VEC = Vec16<T>::N;
   static_assert(STAGES == 2 || STAGES == 3, "rows staged: the current one and one or two ahead");
   typedef Vec<T, VEC> V;
@@ -666,7 +666,6 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
   const uint32_t base = smem_u32(ring + threadIdx.x), kstride = blockDim.x * 16u;
   auto stage = [&](int st) { return base + (uint32_t)(st * per) * kstride; };
   const i64 step = (i64)gridDim.x * ROWS;
-  const i64 first = (i64)blockIdx.x * ROWS + grp;
   if (KIND == RMS) b = nullptr;  // RMSNorm has no bias (rms_norm passes none)
 
   typedef Vec<W, VEC> P;  // the weights and bias of chunks k < NH, packed in W, for every row
@@ -783,18 +782,60 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
     }
   };
 
+  // The block's groups of ROWS rows: claimed from `ticket` in the order blocks ask (the SMs do not all stream at
+  // the same rate, and with a fixed share per block the slowest SM finished last), or, without a ticket,
+  // blockIdx.x + k * gridDim.x. q[0]: the group worked on; q[1..STAGES-1]: the groups staged ahead. A claim is
+  // made a row before its group is staged (thread 0's atomic result is stored after the row's work, so its
+  // latency is not waited on), and published by the barrier at the top of the next row.
+  __shared__ i64 s_claim[2];
+  i64 q[STAGES];
+  int par = 0;
+  if (ticket != nullptr) {
+    if (threadIdx.x == 0) s_claim[0] = (i64)atomicAdd(ticket, (unsigned)(STAGES * ROWS));
+    __syncthreads();
+    const i64 g0 = s_claim[0];
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) q[s] = g0 + s * ROWS;
+    if (threadIdx.x == 0) s_claim[1] = g0 + (STAGES - 1) * ROWS;  // the first row's claim ahead
+    par = 1;
+  } else {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) q[s] = (i64)blockIdx.x * ROWS + s * step;
+  }
+  i64 k_next = STAGES - 1;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    issue(first + s * step, s);
+    issue(q[s] + grp, s);
     cp_async_commit();
   }
   int st = 0;
-  for (i64 row = first; row < rows; row += step) {
-    issue(row + (STAGES - 1) * step, (st + STAGES - 1) % STAGES);
+  while (q[0] < rows) {  // block-uniform
+    unsigned tk = 0;
+    if (ticket != nullptr) {
+      if (threadIdx.x == 0) tk = atomicAdd(ticket, (unsigned)ROWS);  // the claim for the next row's staging
+      __syncthreads();                                               // publishes the previous row's claim
+      q[STAGES - 1] = s_claim[par];
+    } else {
+      q[STAGES - 1] = (i64)blockIdx.x * ROWS + (k_next++) * step;
+    }
+    issue(q[STAGES - 1] + grp, (st + STAGES - 1) % STAGES);
     cp_async_commit();
     cp_async_wait<STAGES - 1>();  // this row's copies (this thread's) have landed
-    do_row(row, stage(st));
+    if (q[0] + grp < rows) do_row(q[0] + grp, stage(st));
+    if (ticket != nullptr) {
+      par ^= 1;
+      if (threadIdx.x == 0) s_claim[par] = (i64)tk;  // read after the next row's barrier
+    }
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) q[s] = q[s + 1];
     st = (st + 1) % STAGES;
+  }
+  if (ticket != nullptr && threadIdx.x == 0) {  // the last block out resets the ticket for the next launch
+    __threadfence();
+    if (atomicAdd(ticket + 1, 1u) == gridDim.x - 1) {
+      ticket[0] = 0;
+      ticket[1] = 0;
+    }
   }
   cp_async_wait<0>();
 }

@@ -53,6 +53,11 @@ STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
 STREAM_STAGES = 3            # block path: rows staged in shared memory (this one and the next two) where three
                              # fit, else 2; 2: always two (as before)
+STREAM_TICKET = True         # norm_fwd_stream's blocks claim their rows from a counter as they go (per device and
+                             # stream, reset by the last block out); False: a fixed share, grid-stride. With the
+                             # fixed share the blocks of float32 LayerNorm 16K (31 rows each) ended 106-144 us in,
+                             # the SMs stream at different rates; with the ticket 130-136 us, launch 151 -> 145 us
+                             # (+4 %; bfloat16 32K even; experiments/results/norm_timeline_probe_1de0a7f.json)
 FWD_CLUSTER_SIZES = (2, 4, 8)  # compute capability >= 9.0: forward rows of whole 16-byte vectors, at least
                                # FWD_CLUSTER_MIN_VECS of them, split over a thread-block cluster (norm_fwd_cluster),
                                # the smallest size that leaves each block at most 4 * FWD_CLUSTER_MAX_THREADS
@@ -367,6 +372,21 @@ def _fwd_cluster_geometry(itemsize, hidden, cc):
     return _cluster_split(body, FWD_CLUSTER_SIZES, 4 * FWD_CLUSTER_MAX_THREADS)
 
 
+_TICKETS: dict = {}
+
+
+def _ticket(dev):
+    """The row counter of norm_fwd_stream on this device and the current stream (two zeroed uint32; every launch
+    leaves them zero). One per stream: launches on one stream are ordered, on two streams they may overlap."""
+    import cupy
+
+    key = (dev, cupy.cuda.get_current_stream().ptr)
+    t = _TICKETS.get(key)
+    if t is None:
+        t = _TICKETS[key] = cupy.zeros(2, dtype=np.uint32)
+    return t
+
+
 def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
     """The streamed forward's plan, or None where it does not apply (rows not whole 16-byte vectors, or too long
     for two stages in shared memory)."""
@@ -505,7 +525,7 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
             grid = pl.cluster * (min(rows, pl.cap // pl.cluster) if pl.cap else rows)
         else:
             grid = min(math.ceil(rows / pl.rpb), pl.cap)
-        tail = (() if pl.cluster else (np.int32(pl.nvr),) if pl.stream
+        tail = (() if pl.cluster else (np.int32(pl.nvr), _ticket(dev) if STREAM_TICKET else _NULL) if pl.stream
                 else (np.int32(pl.nchunks), np.int32(pl.smem_chunks)))
         _compile.launch(pl.kern, (grid,), (pl.G * pl.rpb,),
                         (x, residual if residual is not None else _NULL, weight if weight is not None else _NULL,

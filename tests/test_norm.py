@@ -573,13 +573,15 @@ def test_forward_matches_reference(cp, rng, kind, dt, hidden):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("path", ["registers", "registers-strided", "stream", "stream-2stages"])
+@pytest.mark.parametrize("path", ["registers", "registers-strided", "stream", "stream-2stages", "stream-fixed"])
 def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path):
     """Both forward kernels at row counts that leave the last block partly empty and make blocks stride over
     rows: the register kernel (warp per row up to 1024 values, WARP_ROWS rows a block; block per row above;
     ``registers-strided`` caps its grid at one wave) and the streamed kernel (whole-vector rows, persistent
-    grid: warp per row up to 4 KiB, block per row above, with three rows staged, or two: ``stream-2stages``)."""
+    grid: warp per row up to 4 KiB, block per row above, with three rows staged, or two: ``stream-2stages``;
+    rows claimed from the ticket, or ``stream-fixed``: a fixed share a block)."""
     monkeypatch.setattr(norm, "STREAM", path.startswith("stream"))
+    monkeypatch.setattr(norm, "STREAM_TICKET", path != "stream-fixed")
     monkeypatch.setattr(norm, "STREAM_STAGES", 2 if path == "stream-2stages" else 3)
     monkeypatch.setattr(norm, "STREAM_MIN_VECS", 0)  # every whole-vector row length streams
     monkeypatch.setattr(norm, "FWD_WAVES", 1 if path == "registers-strided" else 0)
@@ -591,6 +593,36 @@ def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path
                 continue
             for variant in (0, 1, 3):
                 _run_forward(cp, rng, kind, dt, rows, hidden, variant, check_rows=None if rows < 2000 else np.s_[::7])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", [1024, 4096], ids=["warp-per-row", "block-per-row"])
+def test_stream_ticket_per_stream_and_reset(cp, rng, monkeypatch, hidden):
+    """The streamed forward's row ticket: launches on two streams, not synchronised between them, each with a
+    fresh input (a row skipped would keep another call's values or garbage), every row checked; every ticket is
+    back to zero afterwards (the last block out resets it), so the next launch starts at row 0."""
+    monkeypatch.setattr(norm, "STREAM_MIN_VECS", 0)
+    monkeypatch.setattr(norm, "STREAM_TICKET", True)
+    rows, dt = 3001, np.dtype(np.float32)
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    xs, ws, bs, outs = [], [], [], []
+    for i in range(6):
+        x = rnd(rng.standard_normal((rows, hidden)) * 2 + 1, dt)
+        w, b = rnd(rng.standard_normal(hidden) * 0.5 + 1, dt), rnd(rng.standard_normal(hidden), dt)
+        with streams[i % 2]:
+            dx, dw, db = cp.asarray(x), cp.asarray(w), cp.asarray(b)
+            outs.append(norm.layer_norm(dx, (hidden,), dw, db))
+        xs.append(x), ws.append(w), bs.append(b)
+    for st in streams:
+        st.synchronize()
+    pl = norm._fwd_config(norm.LAYER, dt, dt, hidden, False, cp.cuda.Device().id)
+    assert pl.stream, "this row length is expected on norm_fwd_stream"
+    for x, w, b, y in zip(xs, ws, bs, outs):
+        ref, _, rstd = ref_forward("layer", x.astype(np.float64), w, b, 1e-5)
+        check_close("y", y.get(), ref, rnd(f32_forward("layer", x, w, b, 1e-5), dt), dt, hidden,
+                    scale=y_scale(x, rstd, w))
+    tickets = [t for (d, s_), t in norm._TICKETS.items() if s_ in (st.ptr for st in streams)]
+    assert len(tickets) == 2 and all(int(v) == 0 for t in tickets for v in t.get())
 
 
 def _gpu_randn(cp, shape, dt, seed, scale=1.0, loc=0.0):
