@@ -32,7 +32,7 @@
 //              in shared memory). Block r of the cluster takes the
 //              r-th contiguous segment of the row: it copies the segment once into shared memory (bulk copies,
 //              cp.async.bulk, or cp.async per thread, as the host picks for C; never read from L2 again, yet
-//              marked evict-last at C <= 4, which measured faster there), reduces it to a state, and the C
+//              marked evict-last at C <= 8, which measured faster there), reduces it to a state, and the C
 //              block states are exchanged through distributed shared memory: every block sends its state into
 //              a slot of every peer (st.async, completing on the peer's mbarrier), each block merges the C slots
 //              in rank order once they are in (the same bits in every block), and writes its segment's output
@@ -714,9 +714,10 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   CUFLASH_TL(0);
   const i64 nclusters = gridDim.x / C;
   const unsigned long long keep = l2_policy(true), drop = l2_policy(false);
-  // the held copies' L2 policy: evict_last at C <= 4, evict_first above (H200, same-run A/B of both in two calls,
-  // README #3: +0.7-1.5 % at C = 2 and 4; at C = 8 and 16, where 2 MiB rows also stream, -0.7..+0.2 %)
-  const unsigned long long hold_pol = C <= 4 ? keep : drop;
+  // the held copies' L2 policy: evict_last at C <= 8, evict_first at 16 (H200, README #3: with evict_first the
+  // first launches on new input ran 3-5 % slower at C = 2-8, and C = 2 and 4 ran 0.7-1.5 % slower after; at C = 16,
+  // where 2 MiB rows also stream, evict_last measured -0.5 %)
+  const unsigned long long hold_pol = C <= 8 ? keep : drop;
   if (threadIdx.x == 0 && (BULK || C > 1)) {
     if constexpr (BULK)
       for (int p = 0; p < P; ++p) mbar_init(smem_u32(&cbar[p]), 1);
