@@ -642,9 +642,10 @@ __global__ void __cluster_dims__(CL, 1, 1)
 //   residual's vectors (k = nvr .. 2 nvr - 1); h = x + residual overwrites the x slot.
 //   Rows go to the groups of a persistent grid (gridDim.x = resident blocks) as they ask for them (a ticket per
 //   stream; without one, grid-stride), so a thread's columns are the same in every row: the weights and bias of
-//   its first NH chunks are loaded once and held in registers, later chunks load theirs per row. Shared memory, not registers, bounds this kernel's occupancy (one 512-thread
-//   block, or two 256-thread warp-path blocks of <= 100 KiB, per SM), hence the explicit minimum blocks: without
-//   it ptxas held some instantiations to 64 registers and spilled.
+//   its first NH chunks are loaded once and held in registers, later chunks load theirs per row. Shared memory,
+//   not registers, bounds this kernel's occupancy (one 512-thread block, or two 256-thread warp-path blocks of
+//   <= 100 KiB, per SM), hence the explicit minimum blocks: without it ptxas held some instantiations to 64
+//   registers and spilled.
 template <typename T, typename W, int KIND, int NH, bool RES, bool WARP, int STAGES = WARP ? 3 : 2>
 __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_stream(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,

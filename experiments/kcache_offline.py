@@ -96,6 +96,22 @@ def _work(args):
         return entry, f"ERROR {e!r}"[:400]
 
 
+def build_many(entries, outdir, jobs=2):
+    """Compile ``entries`` ((source, name, options) each) into ``outdir``, ``jobs`` processes at a time; prints the
+    failures and the progress; returns how many failed. Also for the scratch probes' variant builds (-D options
+    added to declared kernels)."""
+    os.makedirs(outdir, exist_ok=True)
+    failed = 0
+    with mp.get_context("fork").Pool(jobs) as pool:
+        for i, (entry, what) in enumerate(pool.imap_unordered(_work, [(e, outdir) for e in entries]), 1):
+            if what.startswith("ERROR"):
+                failed += 1
+                print(entry[:2], what, flush=True)
+            if i % 50 == 0:
+                print(f"{i}/{len(entries)}", flush=True)
+    return failed
+
+
 def main(argv):
     outdir = argv[0]
     jobs = int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else os.cpu_count()
@@ -107,14 +123,7 @@ def main(argv):
     from cuflash import _compile
 
     entries = [(s, n, list(o)) for s, n, o, _r in _compile.declared() if match is None or match in s + n]
-    failed = 0
-    with mp.get_context("fork").Pool(jobs) as pool:
-        for i, (entry, what) in enumerate(pool.imap_unordered(_work, [(e, outdir) for e in entries]), 1):
-            if what.startswith("ERROR"):
-                failed += 1
-                print(entry[:2], what, flush=True)
-            if i % 50 == 0:
-                print(f"{i}/{len(entries)}", flush=True)
+    failed = build_many(entries, outdir, jobs)
     if match is None and not failed:  # every declared kernel of these sources: experiments/gpu_run.sh checks this
         with open(os.path.join(outdir, "SOURCE_HASHES"), "a") as f:
             f.write(_compile.source_hash() + "\n")

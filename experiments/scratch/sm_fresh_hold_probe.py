@@ -14,15 +14,11 @@ from cuflash import _compile, _dtypes  # noqa: E402
 VARIANTS = {"h4": ("-DSM_HOLD_LAST_MAX_C=4",), "h8": ("-DSM_HOLD_LAST_MAX_C=8",)}
 SHAPES = [("bfloat16", 131072), ("bfloat16", 262144), ("float32", 131072), ("float16", 262144)]
 if "--build" in sys.argv:
-    import multiprocessing as mp
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import kcache_offline as ko
     jobs = [(s_, n, list(o) + list(v)) for s_, n, o, _ in _compile.declared() for v in VARIANTS.values()
             if s_ == "softmax.cu" and "softmax_cluster<" in n]
-    with mp.get_context("fork").Pool(2) as pool:
-        for e, what in pool.imap_unordered(ko._work, [(j, os.environ["KC_DIR"]) for j in jobs]):
-            print(e[1], what, flush=True)
-    sys.exit(0)
+    sys.exit(1 if ko.build_many(jobs, os.environ["KC_DIR"]) else 0)
 _get = _compile.get_kernel
 VAR = []
 _compile.get_kernel = lambda s, n, e=(): _get(s, n, tuple(e) + (tuple(VAR) if s == "softmax.cu" else ()))

@@ -30,7 +30,6 @@ CLUSTER = ["cuflash::softmax_cluster<%s, 256, 2, true>", "cuflash::softmax_clust
            "cuflash::softmax_cluster<%s, 256, 8, true>", "cuflash::softmax_cluster<%s, 256, 16, true>"]
 
 if "--build" in sys.argv:
-    import multiprocessing as mp
     sys.argv = [sys.argv[0]]
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import kcache_offline as ko  # noqa: E402
@@ -46,11 +45,7 @@ if "--build" in sys.argv:
             for n in names:
                 extra = sm.CLUSTER_ARCH_OPTIONS if "cluster" in n else ()
                 jobs.append(("softmax.cu", n % ct, list(extra) + list(opts)))
-    out = os.environ["KC_DIR"]
-    with mp.get_context("fork").Pool(2) as pool:
-        for e, what in pool.imap_unordered(ko._work, [(j, out) for j in jobs]):
-            print(e[1], e[2], what, flush=True)
-    sys.exit(0)
+    sys.exit(1 if ko.build_many(jobs, os.environ["KC_DIR"]) else 0)
 
 from _softmax_probe import bench, copy_bandwidth, frac, inputs, sm  # noqa: E402
 from cuflash import _compile  # noqa: E402

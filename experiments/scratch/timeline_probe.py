@@ -20,16 +20,12 @@ import cupy as cp  # noqa: E402
 NTL = 65536
 TL_OPT = (f"-DCUFLASH_TIMELINE={NTL}",)
 if "--build" in sys.argv:  # here: the instrumented softmax kernels' cubins for the carried cache (KC_DIR)
-    import multiprocessing as mp
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import kcache_offline as ko
     jobs = [(src, n, list(opts) + list(TL_OPT)) for src, n, opts, _ in _compile.declared()
             if src == "softmax.cu" and ("softmax_cached<" in n or "softmax_cluster<" in n)
             and ("__nv_bfloat16," in n or "float," in n)]
-    with mp.get_context("fork").Pool(2) as pool:
-        for e, what in pool.imap_unordered(ko._work, [(j, os.environ["KC_DIR"]) for j in jobs]):
-            print(e[1], what, flush=True)
-    sys.exit(0)
+    sys.exit(1 if ko.build_many(jobs, os.environ["KC_DIR"]) else 0)
 SHAPES = [("bfloat16", 4096), ("bfloat16", 16384), ("bfloat16", 32768), ("float32", 16384), ("float32", 32768),
           ("bfloat16", 65536), ("float32", 131072)]
 ON = []
