@@ -867,6 +867,104 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
   CUFLASH_TL(2);
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// version 5: the held split (sm_90+ in the planner; "online", rows of 1 MiB and more, too long for a cluster's
+// shared memory): one HBM read, no L2 re-read. The input's rows are cut into chunks of at most S slots, K a row,
+// numbered c = row·K + k over the whole input. A persistent grid of G blocks, launched cooperatively (the driver
+// refuses a grid that cannot all be resident at once), gives block b the chunks b, b + G, b + 2G, ... Iteration i
+// of a block
+//   1. issues the cp.async copy of its chunk i + 1 into shared-memory buffer (i + 1) % 3 (each thread its own
+//      slots, so no barrier guards a buffer: a thread reads back only what it copied);
+//   2. waits for its chunk i, reduces it to the block's state (block_state) and publishes it in ws[c] (one packed
+//      64-bit word, data and ready flag at once, as version 3);
+//   3. waits for the K states of chunk i − 1's row, merges them (every block of the row alike: the same bits) and
+//      writes chunk i − 1 from its buffer.
+// No deadlock when K <= G + 1: the row of a block's chunk i − 1 ends at most K − 1 chunks later, in iteration i
+// of some block, and every block publishes its iteration-i chunk before it waits in iteration i (by induction on
+// i, every wait of iteration i ends once all blocks run). So the host launches only resident blocks and checks K.
+// Shared memory: 3·S 16-byte slots, S <= THREADS·SPT.
+template <typename T, int THREADS, int SPT>
+__global__ void __launch_bounds__(THREADS, (SPT <= 4 ? 1024 : 512) / THREADS)  // 64 registers (4 or 2 blocks an SM)
+softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op, int K,
+             int S, unsigned long long* __restrict__ ws) {
+  typedef float A;
+  typedef SoftmaxState<A> St;
+  constexpr int VEC = Slot<T>::VEC, NB = 3;
+  static_assert(sizeof(T) <= 4, "float accumulators: 16- and 32-bit inputs");
+  extern __shared__ uint4 held_raw[];  // NB buffers of S slots
+  __shared__ float red[2][THREADS / 32];
+  const i64 G = gridDim.x, total = rows * (i64)K;
+  const unsigned long long pol = l2_policy(false);  // the copies: nothing reads them from L2 again
+
+  // 1. copy chunk c (if any) into buffer bi: cp.async of the whole slots, element loads at a row's head and tail
+  auto issue = [&](i64 c, int bi) {
+    if (c < total) {
+      const i64 row = c / K;
+      const T* xr = x + row * ldx;
+      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (c - row * K) * (i64)S, S);
+      const T* xb = xr + r.first;
+      uint4* buf = held_raw + bi * S;
+#pragma unroll
+      for (int u = 0; u < SPT; ++u) {
+        const int j = threadIdx.x + u * THREADS, e = j * VEC;
+        if (j < r.nslots) {
+          if (e >= r.lo && e + VEC <= r.hi) cp_async_slot(&buf[j], xb + e, pol);
+          else stage_slot(buf, j, xb, r);
+        }
+      }
+    }
+    cp_async_commit();  // one group an iteration (empty past the end)
+  };
+
+  issue(blockIdx.x, 0);
+  for (i64 i = 0;; ++i) {
+    const i64 c0 = blockIdx.x + i * G;  // this iteration's chunk
+    const i64 cp = c0 - G;              // the previous one, written now
+    if (cp >= total) break;
+    issue(c0 + G, (int)((i + 1) % NB));
+    cp_async_wait<1>();
+    if (c0 < total) {  // 2. reduce and publish chunk c0
+      const i64 row = c0 / K;
+      const T* xr = x + row * ldx;
+      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (c0 - row * K) * (i64)S, S);
+      const Slot<T>* buf = reinterpret_cast<const Slot<T>*>(held_raw + (int)(i % NB) * S);
+      Slot<T> v[SPT];
+#pragma unroll
+      for (int u = 0; u < SPT; ++u) {
+        const int j = threadIdx.x + u * THREADS;
+        v[u] = j < r.nslots ? buf[j] : Slot<T>::neg_inf();
+      }
+      St s = St::identity();
+      accumulate<T, SPT>(s, v, MODE_ONLINE, (A)0);
+      s = block_state<THREADS>(s, red);
+      if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(&ws[c0]) = pack_state(s);
+    }
+    if (cp >= 0) {  // 3. chunk cp: its row's K states, then its output
+      const i64 row = cp / K;
+      St s = St::identity();
+      for (int j = threadIdx.x; j < K; j += THREADS) {
+        const volatile unsigned long long* p = &ws[row * K + j];
+        unsigned long long w;
+        while ((w = *p) == 0ull) __nanosleep(32);
+        s = merge(s, St{__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32))});
+      }
+      s = block_state<THREADS>(s, red);
+      const OutConst<A> oc = output_const<T>(s, op);
+      const T* xr = x + row * ldx;
+      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (cp - row * K) * (i64)S, S);
+      T* yb = y + row * ldy + r.first;
+      const Slot<T>* buf = reinterpret_cast<const Slot<T>*>(held_raw + (int)((i + NB - 1) % NB) * S);
+#pragma unroll
+      for (int u = 0; u < SPT; ++u) {
+        const int j = threadIdx.x + u * THREADS;
+        if (j < r.nslots) store_slot<T, true>(yb, output_slot<T>(buf[j], oc), j * VEC, r.lo, r.hi);
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+
 #endif  // __CUDA_ARCH__ >= 900
 
 // Elementwise merge of two arrays of states (merge_states in Python).

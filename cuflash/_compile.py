@@ -196,13 +196,15 @@ def allow_non_portable_cluster(kernel) -> None:
 GRID_MAX = (2**31 - 1, 65535, 65535)  # CUDA's limits on gridDim.x, .y, .z
 
 
-def launch(kernel, grid, block, args, shared_mem: int = 0, what="") -> None:
+def launch(kernel, grid, block, args, shared_mem: int = 0, what="", cooperative: bool = False) -> None:
     """Launch ``kernel`` on the current stream; raise ConfigurationError if the shared memory does not fit, and
     ValueError (before launching) for a grid beyond CUDA's limits (x < 2^31, y and z <= 65535: e.g. more than
     65535 heads or batches where a kernel maps them to grid.y / grid.z).
 
     The 48 KiB default limit covers static plus dynamic shared memory, so whenever the two together exceed
     it the dynamic limit is raised explicitly (``cudaFuncAttributeMaxDynamicSharedMemorySize``).
+    ``cooperative``: a cooperative launch (``cuLaunchCooperativeKernel``): the driver runs every block at once or
+    refuses the launch, for kernels whose blocks wait on each other.
     """
     dims = grid if isinstance(grid, tuple) else (grid,)
     for n, limit, axis in zip(dims, GRID_MAX, "xyz"):
@@ -220,7 +222,16 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, what="") -> None:
                     f"{_what(what, kernel)}: needs {shared_mem} bytes of dynamic + {static} bytes of static shared "
                     f"memory per block, the device allows {limit}")
             _allow_dynamic_smem(kernel, shared_mem)
-    kernel(grid, block, args, shared_mem=shared_mem)
+    if cooperative:
+        kernel.kernel(grid if isinstance(grid, tuple) else (grid,), block if isinstance(block, tuple) else (block,),
+                      args, shared_mem, None, True)
+    else:
+        kernel(grid, block, args, shared_mem=shared_mem)
+
+
+def allow_dynamic_smem(kernel, shared_mem: int) -> None:
+    """Raise ``kernel``'s dynamic shared-memory limit to ``shared_mem`` when it needs more than the default."""
+    _allow_dynamic_smem(kernel, shared_mem)
 
 
 def _what(what, kernel) -> str:

@@ -105,6 +105,15 @@ CLUSTER_BULK_SIZES = (2, 8, 16)
 CLUSTER_COPIES = ("bulk", "cp.async")
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
 
+# the held split (compute capability >= 9.0; softmax_hold in cuda_src/softmax.cu): rows cut into chunks of
+# HELD_THREADS x SPT slots, each copied once into shared memory (three buffers a block) and written from there once
+# its row's states are published; a cooperative persistent grid (K <= resident blocks + 1)
+HELD_THREADS = 256
+HELD_SPTS = (4, 8)                      # slots a thread a chunk: 16 KiB chunks (4 blocks an SM) or 32 KiB (2)
+HELD_BLOCKS_PER_SM = {4: 4, 8: 2}       # the planner's estimate of the resident blocks (the launch asks the driver)
+HELD_ROW_BYTES = None                   # rows of at least this many bytes take it automatically (None: forced only)
+HELD_SPT = 4                            # the automatic plan's chunk
+
 _SUPPORTED = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64)
 
 Plan = namedtuple("Plan", "path threads group chunks slots_per_chunk copy", defaults=(None,))
@@ -135,6 +144,10 @@ def _cluster_name(ct, c, copy):
     return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}, {'true' if copy == 'bulk' else 'false'}>"
 
 
+def _held_name(ct, spt):
+    return f"cuflash::softmax_hold<{ct}, {HELD_THREADS}, {spt}>"
+
+
 def _declare():
     for dt in _SUPPORTED:
         ct = _dtypes.CTYPE[dt]
@@ -151,6 +164,8 @@ def _declare():
     # sm_90+ only (the kernel is compiled out below sm_90): the compile check builds them for sm_90 alone
     _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c, cp) for dt in _SUPPORTED if dt != _dtypes.float64
                               for c in CLUSTER_SIZES for cp in CLUSTER_COPIES], extra_options=CLUSTER_ARCH_OPTIONS)
+    _compile.declare(SOURCE, [_held_name(_dtypes.CTYPE[dt], spt) for dt in _SUPPORTED if dt != _dtypes.float64
+                              for spt in HELD_SPTS], extra_options=CLUSTER_ARCH_OPTIONS)
 
 
 _declare()
@@ -204,6 +219,18 @@ def _one_axis(a, ndim):
 _OCC: dict = {}
 
 
+def _held_residency(kernel, threads, smem):
+    """Blocks of the held kernel an SM holds with ``smem`` bytes of dynamic shared memory (the driver's count)."""
+    key = (id(kernel), threads, smem)
+    r = _OCC.get(key)
+    if r is None:
+        from cupy_backends.cuda.api import driver
+
+        _compile.allow_dynamic_smem(kernel, smem)
+        r = _OCC[key] = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, smem)
+    return r
+
+
 def _pow2_at_least(v):
     return 1 << max(0, int(math.ceil(v)) - 1).bit_length()
 
@@ -246,6 +273,9 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
     reduce_only = op >= OP_LSE
     if p.get("copy") is not None and p["copy"] not in CLUSTER_COPIES:  # checked whichever path the call takes
         raise ValueError(f"partition copy must be one of {CLUSTER_COPIES}, got {p['copy']!r}")
+    hp = _held_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc)
+    if hp is not None:
+        return hp
     cl = _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc)
     if cl is not None:
         return cl
@@ -284,6 +314,37 @@ def plan(dtype, rows, n, op=OP_SOFTMAX, method="online", aligned=True, sms=132, 
 _STUDY_KEYS = ("threads", "chunks", "chunk_slots", "lag", "split", "max_chunk_slots", "single_read")
 
 
+def _held_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
+    """The held split's Plan (``path="held"``), or None for the other paths.
+
+    Automatic (softmax/log_softmax, method "online", 16/32-bit types, cc >= 90, rows of at least
+    ``HELD_ROW_BYTES``, no study knob) with ``HELD_SPT`` slots a thread; ``partition={"path": "held"}`` forces it
+    (``spt``: 4 or 8 slots a thread a chunk). K chunks a row of at most ``HELD_THREADS`` x spt slots, spread evenly;
+    K must not exceed the resident blocks + 1 (estimated here by ``HELD_BLOCKS_PER_SM``; the launch checks the
+    driver's count): longer rows keep the split."""
+    forced = p.get("path") == "held"
+    if not forced:
+        if (HELD_ROW_BYTES is None or p.get("held") == 0 or p.get("path") is not None or stream or reduce_only
+                or any(k in p for k in _STUDY_KEYS) or "cluster" in p or cc is None or int(cc) < 90
+                or np.dtype(dtype).itemsize not in (2, 4) or n * np.dtype(dtype).itemsize < HELD_ROW_BYTES):
+            return None
+    else:
+        if stream or reduce_only or np.dtype(dtype).itemsize not in (2, 4):
+            raise ValueError("the held path runs softmax/log_softmax with method='online' on float16, bfloat16 and "
+                             "float32")
+        if cc is None or int(cc) < 90:
+            raise _compile.ConfigurationError(f"the held path needs compute capability >= 9.0 (device: {cc})")
+    spt = int(p.get("spt", HELD_SPT))
+    if spt not in HELD_SPTS:
+        raise ValueError(f"partition spt must be one of {HELD_SPTS}, got {spt!r}")
+    k = -(-slots // (HELD_THREADS * spt))
+    if k > HELD_BLOCKS_PER_SM[spt] * sms + 1:
+        if forced:
+            raise ValueError(f"rows of {n} elements are too long for the held path ({k} chunks a row)")
+        return None
+    return Plan("held", HELD_THREADS, HELD_THREADS, k, -(-slots // k), f"spt{spt}")
+
+
 def _cluster_row_bytes(dtype):
     """The row lengths in bytes the cluster path takes automatically for ``dtype`` ((lo, hi)), or None."""
     return None if CLUSTER_ROW_BYTES is None else CLUSTER_ROW_BYTES.get(np.dtype(dtype).itemsize)
@@ -304,7 +365,7 @@ def _cluster_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     """
     forced = p.get("path") == "cluster"
     if p.get("path") not in (None, "cluster"):
-        raise ValueError(f"partition path must be 'cluster' when given, got {p.get('path')!r}")
+        raise ValueError(f"partition path must be 'cluster' or 'held' when given, got {p.get('path')!r}")
     bounds = _cluster_row_bytes(dtype)
     in_range = bounds is not None and bounds[0] <= n * np.dtype(dtype).itemsize <= bounds[1]
     if not forced and (p.get("cluster") == 0 or not in_range or reduce_only or any(k in p for k in _STUDY_KEYS)):
@@ -434,6 +495,19 @@ def _make_prep(x, axis, op, method, partition, dev):
         pr.grid = (clusters * pl.chunks,)
         pr.block = (pl.threads,)
         pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), _i64(pl.slots_per_chunk), np.int32(hold))
+    elif pl.path == "held":
+        spt = int(pl.copy[3:])
+        k = _compile.get_kernel(SOURCE, _held_name(ct, spt), CLUSTER_ARCH_OPTIONS)
+        pr.kernels = (k,)
+        pr.smem = 3 * pl.slots_per_chunk * 16
+        g = _held_residency(k, pl.threads, pr.smem) * sms
+        if pl.chunks > g + 1:
+            raise _compile.ConfigurationError(f"softmax_hold: {pl.chunks} chunks a row need {pl.chunks - 1} resident "
+                                              f"blocks, the device holds {g}")
+        pr.grid = (min(g, rows * pl.chunks),)
+        pr.block = (pl.threads,)
+        pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), np.int32(pl.chunks),
+                   np.int32(pl.slots_per_chunk))
     elif pl.path == "split":
         k = _compile.get_kernel(SOURCE, _split_name(ct))
         pr.kernels = (k,)
@@ -487,6 +561,12 @@ def _exec(pr, x, op, method, y=_NUL, om=_NUL, ol=_NUL):
         ldx, ldy, rows, n, a_op, seg, hold = pr.args
         _compile.launch(pr.kernels[0], pr.grid, pr.block, (x2, ldx, y, ldy, rows, n, a_op, om, ol, seg, hold),
                         shared_mem=pr.smem, what="softmax_cluster")
+        return
+    if pl.path == "held":
+        ws = cupy.zeros(pr.rows * pl.chunks, dtype=np.uint64)  # one word per chunk: its state, 0 until published
+        ldx, ldy, rows, n, a_op, K, S = pr.args
+        _compile.launch(pr.kernels[0], pr.grid, pr.block, (x2, ldx, y, ldy, rows, n, a_op, K, S, ws),
+                        shared_mem=pr.smem, what="softmax_hold", cooperative=True)
         return
     if pl.path == "split":
         ws = cupy.zeros(1 + pr.rows * pl.chunks, dtype=np.uint64)  # [0]: the ticket; then one word per chunk

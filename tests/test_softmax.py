@@ -987,3 +987,140 @@ def test_argument_errors_come_before_the_device():
         cuflash.lse_from_state((x, _device_free_array((4, 7))))
     with pytest.raises(TypeError, match="pair"):
         cuflash.lse_from_state(x)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the held split (compute capability >= 9.0): chunks held in shared memory, a cooperative persistent grid
+def test_held_plan(monkeypatch):
+    vec = 4  # float32
+    s4 = sm.HELD_THREADS * 4
+    p = sm.plan(np.float32, 3, s4 * vec * 5 + 1, sms=SMS, cc=CC_H200, partition={"path": "held"})
+    assert p.path == "held" and p.chunks == 6 and p.copy == f"spt{sm.HELD_SPT}" and 6 * p.slots_per_chunk >= 5 * s4 + 1
+    p = sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "spt": 8})
+    assert (p.path, p.chunks, p.slots_per_chunk, p.copy) == ("held", 1, 25, "spt8")
+    # the longest row: K = resident blocks + 1 (the planner's estimate), one more chunk is refused
+    k_max = sm.HELD_BLOCKS_PER_SM[4] * SMS + 1
+    assert sm.plan(np.float32, 1, k_max * s4 * vec, sms=SMS, cc=CC_H200, partition={"path": "held"}).chunks == k_max
+    with pytest.raises(ValueError, match="too long for the held path"):
+        sm.plan(np.float32, 1, k_max * s4 * vec + 1, sms=SMS, cc=CC_H200, partition={"path": "held"})
+    with pytest.raises(ValueError, match="softmax/log_softmax"):
+        sm.plan(np.float64, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held"})
+    with pytest.raises(ValueError, match="softmax/log_softmax"):
+        sm.plan(np.float32, 3, 100, op=sm.OP_LSE, sms=SMS, cc=CC_H200, partition={"path": "held"})
+    with pytest.raises(ValueError, match="softmax/log_softmax"):
+        sm.plan(np.float32, 3, 100, method="safe", sms=SMS, cc=CC_H200, partition={"path": "held"})
+    with pytest.raises(ValueError, match="spt"):
+        sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "spt": 6})
+    from cuflash import _compile
+
+    with pytest.raises(_compile.ConfigurationError, match="compute capability"):
+        sm.plan(np.float32, 3, 100, sms=SMS, cc=80, partition={"path": "held"})
+    # automatic only from HELD_ROW_BYTES, softmax/log_softmax, cc 9.0, no other knob
+    monkeypatch.setattr(sm, "HELD_ROW_BYTES", 1 << 20)
+    for dt in DTYPES.values():
+        n = (1 << 20) // np.dtype(dt).itemsize
+        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200).path == "held"
+        assert sm.plan(dt, 64, n, op=sm.OP_LOG_SOFTMAX, sms=SMS, cc=CC_H200).path == "held"
+        assert sm.plan(dt, 64, n - 1, sms=SMS, cc=CC_H200).path != "held"
+        assert sm.plan(dt, 64, n, op=sm.OP_LSE, sms=SMS, cc=CC_H200).path != "held"
+        assert sm.plan(dt, 64, n, sms=SMS, cc=80).path != "held"
+        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"held": 0}).path != "held"
+        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"path": "cluster"}).path == "cluster"
+        assert sm.plan(dt, 1, k_max * s4 * 16 // np.dtype(dt).itemsize + 16, sms=SMS, cc=CC_H200).path == "split"
+    assert sm.plan(np.float64, 64, 1 << 20, sms=SMS, cc=CC_H200).path != "held"
+
+
+def test_held_kernels_declared_for_sm90_only():
+    from cuflash import _compile
+
+    decl = {(n, e) for s, n, e, _ in _compile.declared() if s == sm.SOURCE and "softmax_hold" in n}
+    assert decl == {(sm._held_name(_dtypes.CTYPE[dt], spt), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
+                    for spt in sm.HELD_SPTS}
+
+
+def _held_run(x, op, part, cp):
+    """One forced held launch on rows of x (last axis) into a poisoned output: the output (CuPy) and the Plan."""
+    pr = sm._prepare(x, -1, op, "online", part)
+    assert pr.plan.path == "held" and pr.plan.copy == f"spt{part.get('spt', sm.HELD_SPT)}", pr.plan
+    y = _poisoned(cp, x.shape, x.dtype)
+    sm._exec(pr, x, op, "online", y=y)
+    return y, pr
+
+
+def _held_compare(x64, dtype, part, cp, x_dev=None):
+    xd = _to_device(x64, dtype) if x_dev is None else x_dev
+    n = x64.shape[-1]
+    for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
+        out, pr = _held_run(xd, op, part, cp)
+        _check(out.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n,
+               f"{f.__name__} {pr.plan} grid {pr.grid}")
+    return pr
+
+
+@gpu
+@pytest.mark.parametrize("spt", sm.HELD_SPTS)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_held_chunk_boundaries_and_tails(dtype, spt, rng, cp):
+    """Row lengths around one and several chunks and the vector tails, rows starting inside a 16-byte slot."""
+    _needs_cluster()
+    vec = 16 // np.dtype(dtype).itemsize
+    e = sm.HELD_THREADS * spt * vec  # elements of a whole chunk
+    part = {"path": "held", "spt": spt}
+    for n in sorted({1, 2, vec - 1, vec + 1, 3001, e - vec, e - 1, e, e + 1, e + vec, 2 * e - 1, 2 * e + 3,
+                     7 * e + vec + 1, 40 * e - 5}):
+        x64 = rng.standard_normal((3, n)) * 8
+        _held_compare(x64, dtype, part, cp)
+        wide = _to_device(np.concatenate([np.zeros((3, 1)), x64], axis=1), dtype)  # row 0 unaligned too
+        _held_compare(x64, dtype, part, cp, x_dev=wide[:, 1:])
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_held_blocks_loop_and_longest_rows(dtype, rng, cp):
+    """More chunks than resident blocks (each block loops, rows cross its iterations), and rows of exactly
+    resident blocks + 1 chunks (the longest the deadlock argument allows), then one chunk more: refused."""
+    _needs_cluster()
+    from cuflash import _compile
+
+    vec = 16 // np.dtype(dtype).itemsize
+    e = sm.HELD_THREADS * 4 * vec
+    for rows, n in ((2000, 5003), (701, 3 * e - 7), (37, 31 * e + 11)):
+        pr = _held_compare(rng.standard_normal((rows, n)) * 6, dtype, {"path": "held"}, cp)
+        assert rows * pr.plan.chunks > pr.grid[0], (pr.plan, pr.grid)  # every block takes several chunks
+    g = sm._held_residency(_compile.get_kernel(sm.SOURCE, sm._held_name(_dtypes.CTYPE[np.dtype(dtype)], 4),
+                                               sm.CLUSTER_ARCH_OPTIONS), sm.HELD_THREADS, 3 * e // vec * 16)
+    g *= _compile.sm_count(cp.cuda.runtime.getDevice())
+    x64 = rng.standard_normal((2, (g + 1) * e)) * 4
+    x64[1, -3:] = 30.0  # the row's max in its last chunk
+    pr = _held_compare(x64, dtype, {"path": "held"}, cp)
+    assert pr.plan.chunks == g + 1 and pr.grid == (g,)
+    if g + 2 <= sm.HELD_BLOCKS_PER_SM[4] * _compile.sm_count(cp.cuda.runtime.getDevice()) + 1:
+        with pytest.raises(_compile.ConfigurationError, match="resident"):
+            sm._softmax_impl(_to_device(rng.standard_normal((1, (g + 1) * e + 1)), dtype), -1, sm.OP_SOFTMAX,
+                             "online", {"path": "held"})
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_held_edge_values_match_scipy(dtype, rng, cp):
+    """-inf rows and chunks, +inf, NaN, huge values and all-equal rows spread over the chunks; 16-bit rows whose
+    max sits on either side of the fast exponent's threshold (|m| = 1024)."""
+    _needs_cluster()
+    for spt in sm.HELD_SPTS:
+        for n in (64, 3001, 40001, 300001):
+            _held_compare(_edge_rows(n, dtype), dtype, {"path": "held", "spt": spt}, cp)
+    n = 20000
+    offsets = np.array([-3072.0, -1032.0, -1024.0, -1016.0, 0.0, 1016.0, 1024.0, 1032.0, 8192.0])
+    x64 = rng.standard_normal((len(offsets), n)) * 6
+    x64 -= x64.max(axis=1, keepdims=True)
+    x64 = (x64 + offsets[:, None]).astype(dtype).astype(np.float64)
+    _held_compare(x64, dtype, {"path": "held"}, cp)
+
+
+@gpu
+def test_held_is_deterministic(rng, cp):
+    x = _to_device(rng.standard_normal((5, 300001)), np.float32)
+    _needs_cluster()
+    a, _ = _held_run(x, sm.OP_SOFTMAX, {"path": "held"}, cp)
+    b, _ = _held_run(x, sm.OP_SOFTMAX, {"path": "held"}, cp)
+    assert bool((a == b).all())

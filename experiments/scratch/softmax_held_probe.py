@@ -1,0 +1,72 @@
+"""Probe (#3): the held split (softmax_hold, version 5: chunks held in shared memory, a cooperative persistent
+grid) against the default plan on long rows, the copy in the same run; rounds interleaved per shape.
+
+    PYTHONPATH=. python experiments/scratch/softmax_held_probe.py [--rounds 3] [--out experiments/results/x.json]
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+sys.path.insert(0, "experiments/scratch")
+from _softmax_probe import sm, bench, copy_bandwidth, inputs, frac  # noqa: E402
+
+SHAPES = [("float32", 1 << 17), ("float32", 1 << 18), ("float32", 1 << 19), ("float32", 1 << 20),
+          ("bfloat16", 1 << 18), ("bfloat16", 1 << 19), ("bfloat16", 1 << 20),
+          ("float16", 1 << 19), ("float16", 1 << 20)]
+VARIANTS = {"default": None, "held4": {"path": "held", "spt": 4}, "held8": {"path": "held", "spt": 8}}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax"))
+    a = ap.parse_args()
+    import cupy as cp
+    import scipy.special
+
+    op = sm.OP_SOFTMAX if a.op == "softmax" else sm.OP_LOG_SOFTMAX
+    ref_fn = scipy.special.softmax if op == sm.OP_SOFTMAX else scipy.special.log_softmax
+    rows_out = []
+    for dname, cols, dt, rows, xs in inputs(SHAPES):
+        x = xs[0]
+        x64 = cp.asnumpy(x[:2].astype(cp.float32)).astype(np.float64)
+        ref = ref_fn(x64, axis=-1)
+        res = {k: [] for k in VARIANTS}
+        plans, errs = {}, {}
+        for v, part in VARIANTS.items():
+            y, pl = sm._softmax_impl(x, -1, op, "online", part, return_plan=True)
+            plans[v] = str(pl)
+            errs[v] = float(np.max(np.abs(cp.asnumpy(y[:2].astype(cp.float32)).astype(np.float64) - ref)))
+            del y
+        copies = []
+        for r in range(a.rounds):
+            copies.append(copy_bandwidth())
+            order = list(VARIANTS) if r % 2 == 0 else list(VARIANTS)[::-1]
+            for v in order:
+                part = VARIANTS[v]
+                t = bench.time_cuda(lambda: sm._softmax_impl(x, -1, op, "online", part), warmup=3, rep=a.rep)
+                res[v].append(t["median_ms"])
+        copy = float(np.median(copies))
+        row = {"dtype": dname, "cols": cols, "rows": rows, "copy_GBps": copy}
+        for v in VARIANTS:
+            ms = min(res[v])
+            row[v] = {"plan": plans[v], "max_abs_err": errs[v], "ms_rounds": res[v],
+                      "frac_best": frac(rows, cols, dt, ms, copy),
+                      "frac_rounds": [frac(rows, cols, dt, m, copy) for m in res[v]]}
+        rows_out.append(row)
+        print(f"{dname:9s} {cols:8d} copy {copy:6.0f} | " + " | ".join(
+            f"{v} {row[v]['frac_best']:.3f} ({min(row[v]['frac_rounds']):.3f}) err {row[v]['max_abs_err']:.1e}"
+            for v in VARIANTS), flush=True)
+    print("plans:", json.dumps({f"{r['dtype']} {r['cols']}": {v: r[v]["plan"] for v in VARIANTS} for r in rows_out},
+                               indent=0))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"environment": bench.environment(), "op": a.op, "rows": rows_out}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
