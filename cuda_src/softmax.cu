@@ -871,26 +871,29 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
 // version 5: the held split (sm_90+ in the planner; "online", rows of 1 MiB and more, too long for a cluster's
 // shared memory): one HBM read, no L2 re-read. The input's rows are cut into chunks of at most S slots, K a row,
 // numbered c = row·K + k over the whole input. A persistent grid of G blocks, launched cooperatively (the driver
-// refuses a grid that cannot all be resident at once), gives block b the chunks b, b + G, b + 2G, ... Iteration i
-// of a block
-//   1. issues the cp.async copy of its chunk i + 1 into shared-memory buffer (i + 1) % 3 (each thread its own
-//      slots, so no barrier guards a buffer: a thread reads back only what it copied);
+// refuses a grid that cannot all be resident at once), gives block b the chunks b, b + G, b + 2G, ...: its
+// iteration i's chunk is b + i·G. Iteration i of a block
+//   1. issues the cp.async copy of its chunk i + AHEAD into shared-memory buffer (i + AHEAD) % NB (each thread its
+//      own slots, so no barrier guards a buffer: a thread reads back only what it copied);
 //   2. waits for its chunk i, reduces it to the block's state (block_state) and publishes it in ws[c] (one packed
 //      64-bit word, data and ready flag at once, as version 3);
-//   3. waits for the K states of chunk i − 1's row, merges them (every block of the row alike: the same bits) and
-//      writes chunk i − 1 from its buffer.
-// No deadlock when K <= G + 1: the row of a block's chunk i − 1 ends at most K − 1 chunks later, in iteration i
-// of some block, and every block publishes its iteration-i chunk before it waits in iteration i (by induction on
-// i, every wait of iteration i ends once all blocks run). So the host launches only resident blocks and checks K.
-// Shared memory: 3·S 16-byte slots, S <= THREADS·SPT.
-template <typename T, int THREADS, int SPT>
-__global__ void __launch_bounds__(THREADS, (SPT <= 4 ? 1024 : 512) / THREADS)  // 64 registers (4 or 2 blocks an SM)
+//   3. waits for the K states of chunk i − LAG's row, merges them (every block of the row alike: the same bits)
+//      and writes chunk i − LAG from its buffer.
+// NB = AHEAD + 1 + LAG buffers: the one being filled last held chunk i − LAG − 1, written in iteration i − 1.
+// No deadlock when K <= G + 1 (LAG >= 1): the row of a block's chunk i − LAG ends at most K − 1 chunks later, in
+// iteration i − LAG + 1 <= i of some block, and every block publishes its iteration-i chunk before it waits in
+// iteration i (by induction on i, every wait of iteration i ends once all blocks run). So the host launches only
+// resident blocks and checks K. With LAG = 2 the states a block waits for were published an iteration earlier.
+// Shared memory: NB·S 16-byte slots, S <= THREADS·SPT.
+template <typename T, int THREADS, int SPT, int AHEAD, int LAG>
+__global__ void __launch_bounds__(THREADS, (SPT <= 4 ? 1024 : 512) / THREADS)  // 64 (or 128) registers
 softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op, int K,
              int S, unsigned long long* __restrict__ ws) {
   typedef float A;
   typedef SoftmaxState<A> St;
-  constexpr int VEC = Slot<T>::VEC, NB = 3;
+  constexpr int VEC = Slot<T>::VEC, NB = AHEAD + 1 + LAG;
   static_assert(sizeof(T) <= 4, "float accumulators: 16- and 32-bit inputs");
+  static_assert(AHEAD >= 1 && AHEAD <= 3 && LAG >= 1, "cp.async waits for 1-3 groups; LAG >= 1 (no deadlock)");
   extern __shared__ uint4 held_raw[];  // NB buffers of S slots
   __shared__ float red[2][THREADS / 32];
   const i64 G = gridDim.x, total = rows * (i64)K;
@@ -916,13 +919,14 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
     cp_async_commit();  // one group an iteration (empty past the end)
   };
 
-  issue(blockIdx.x, 0);
+#pragma unroll
+  for (int a = 0; a < AHEAD; ++a) issue(blockIdx.x + a * G, a);
   for (i64 i = 0;; ++i) {
     const i64 c0 = blockIdx.x + i * G;  // this iteration's chunk
-    const i64 cp = c0 - G;              // the previous one, written now
-    if (cp >= total) break;
-    issue(c0 + G, (int)((i + 1) % NB));
-    cp_async_wait<1>();
+    const i64 cw = c0 - LAG * G;        // the chunk written now
+    if (cw >= total) break;
+    issue(c0 + AHEAD * G, (int)((i + AHEAD) % NB));
+    cp_async_wait<AHEAD>();
     if (c0 < total) {  // 2. reduce and publish chunk c0
       const i64 row = c0 / K;
       const T* xr = x + row * ldx;
@@ -939,8 +943,8 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
       s = block_state<THREADS>(s, red);
       if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(&ws[c0]) = pack_state(s);
     }
-    if (cp >= 0) {  // 3. chunk cp: its row's K states, then its output
-      const i64 row = cp / K;
+    if (cw >= 0) {  // 3. chunk cw: its row's K states, then its output
+      const i64 row = cw / K;
       St s = St::identity();
       for (int j = threadIdx.x; j < K; j += THREADS) {
         const volatile unsigned long long* p = &ws[row * K + j];
@@ -951,9 +955,9 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
       s = block_state<THREADS>(s, red);
       const OutConst<A> oc = output_const<T>(s, op);
       const T* xr = x + row * ldx;
-      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (cp - row * K) * (i64)S, S);
+      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (cw - row * K) * (i64)S, S);
       T* yb = y + row * ldy + r.first;
-      const Slot<T>* buf = reinterpret_cast<const Slot<T>*>(held_raw + (int)((i + NB - 1) % NB) * S);
+      const Slot<T>* buf = reinterpret_cast<const Slot<T>*>(held_raw + (int)((i - LAG) % NB) * S);
 #pragma unroll
       for (int u = 0; u < SPT; ++u) {
         const int j = threadIdx.x + u * THREADS;
@@ -963,7 +967,6 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
   }
   cp_async_wait<0>();
 }
-
 
 #endif  // __CUDA_ARCH__ >= 900
 

@@ -106,13 +106,15 @@ CLUSTER_COPIES = ("bulk", "cp.async")
 CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile for sm_90+ only (cuflash._compile)
 
 # the held split (compute capability >= 9.0; softmax_hold in cuda_src/softmax.cu): rows cut into chunks of
-# HELD_THREADS x SPT slots, each copied once into shared memory (three buffers a block) and written from there once
-# its row's states are published; a cooperative persistent grid (K <= resident blocks + 1)
+# HELD_THREADS x spt slots, each copied once into shared memory and written from there once its row's states are
+# published; a cooperative persistent grid (K <= resident blocks + 1). A configuration (spt, ahead, lag): slots a
+# thread a chunk, chunks in flight ahead of the one reduced, iterations between a chunk's reduction and its output
+# (ahead + 1 + lag buffers of 16·HELD_THREADS·spt bytes a block)
 HELD_THREADS = 256
-HELD_SPTS = (4, 8)                      # slots a thread a chunk: 16 KiB chunks (4 blocks an SM) or 32 KiB (2)
-HELD_BLOCKS_PER_SM = {4: 4, 8: 2}       # the planner's estimate of the resident blocks (the launch asks the driver)
+HELD_CONFIGS = ((4, 1, 1), (4, 1, 2), (4, 2, 1), (4, 2, 2), (2, 2, 2), (2, 3, 2), (8, 1, 1), (8, 1, 2))
+HELD_CONFIG = (4, 2, 2)                 # the automatic plan's
 HELD_ROW_BYTES = None                   # rows of at least this many bytes take it automatically (None: forced only)
-HELD_SPT = 4                            # the automatic plan's chunk
+HELD_SMEM_PER_SM = 228 << 10            # the planner's estimate of the resident blocks (the launch asks the driver)
 
 _SUPPORTED = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64)
 
@@ -144,8 +146,20 @@ def _cluster_name(ct, c, copy):
     return f"cuflash::softmax_cluster<{ct}, {CLUSTER_THREADS}, {c}, {'true' if copy == 'bulk' else 'false'}>"
 
 
-def _held_name(ct, spt):
-    return f"cuflash::softmax_hold<{ct}, {HELD_THREADS}, {spt}>"
+def _held_name(ct, cfg):
+    spt, ahead, lag = cfg
+    return f"cuflash::softmax_hold<{ct}, {HELD_THREADS}, {spt}, {ahead}, {lag}>"
+
+
+def _held_smem(cfg, slots=None):
+    """Dynamic shared memory of a held block: ahead + 1 + lag buffers of ``slots`` (default: a whole chunk)."""
+    spt, ahead, lag = cfg
+    return (ahead + 1 + lag) * (slots or HELD_THREADS * spt) * 16
+
+
+def _held_per_sm(cfg):
+    """The planner's estimate of the held blocks an SM holds (shared memory, 1 KiB reserved a block; threads)."""
+    return min(HELD_SMEM_PER_SM // (_held_smem(cfg) + 1024), 2048 // HELD_THREADS)
 
 
 def _declare():
@@ -164,8 +178,8 @@ def _declare():
     # sm_90+ only (the kernel is compiled out below sm_90): the compile check builds them for sm_90 alone
     _compile.declare(SOURCE, [_cluster_name(_dtypes.CTYPE[dt], c, cp) for dt in _SUPPORTED if dt != _dtypes.float64
                               for c in CLUSTER_SIZES for cp in CLUSTER_COPIES], extra_options=CLUSTER_ARCH_OPTIONS)
-    _compile.declare(SOURCE, [_held_name(_dtypes.CTYPE[dt], spt) for dt in _SUPPORTED if dt != _dtypes.float64
-                              for spt in HELD_SPTS], extra_options=CLUSTER_ARCH_OPTIONS)
+    _compile.declare(SOURCE, [_held_name(_dtypes.CTYPE[dt], cfg) for dt in _SUPPORTED if dt != _dtypes.float64
+                              for cfg in HELD_CONFIGS], extra_options=CLUSTER_ARCH_OPTIONS)
 
 
 _declare()
@@ -318,10 +332,10 @@ def _held_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     """The held split's Plan (``path="held"``), or None for the other paths.
 
     Automatic (softmax/log_softmax, method "online", 16/32-bit types, cc >= 90, rows of at least
-    ``HELD_ROW_BYTES``, no study knob) with ``HELD_SPT`` slots a thread; ``partition={"path": "held"}`` forces it
-    (``spt``: 4 or 8 slots a thread a chunk). K chunks a row of at most ``HELD_THREADS`` x spt slots, spread evenly;
-    K must not exceed the resident blocks + 1 (estimated here by ``HELD_BLOCKS_PER_SM``; the launch checks the
-    driver's count): longer rows keep the split."""
+    ``HELD_ROW_BYTES``, no study knob) with ``HELD_CONFIG``; ``partition={"path": "held"}`` forces it
+    (``config``: one of ``HELD_CONFIGS``). K chunks a row of at most ``HELD_THREADS`` x spt slots, spread evenly;
+    K must not exceed the resident blocks + 1 (estimated here by ``_held_per_sm``; the launch checks the driver's
+    count): longer rows keep the split."""
     forced = p.get("path") == "held"
     if not forced:
         if (HELD_ROW_BYTES is None or p.get("held") == 0 or p.get("path") is not None or stream or reduce_only
@@ -334,15 +348,15 @@ def _held_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
                              "float32")
         if cc is None or int(cc) < 90:
             raise _compile.ConfigurationError(f"the held path needs compute capability >= 9.0 (device: {cc})")
-    spt = int(p.get("spt", HELD_SPT))
-    if spt not in HELD_SPTS:
-        raise ValueError(f"partition spt must be one of {HELD_SPTS}, got {spt!r}")
-    k = -(-slots // (HELD_THREADS * spt))
-    if k > HELD_BLOCKS_PER_SM[spt] * sms + 1:
+    cfg = tuple(p.get("config", HELD_CONFIG))
+    if cfg not in HELD_CONFIGS:
+        raise ValueError(f"partition config must be one of {HELD_CONFIGS}, got {cfg!r}")
+    k = -(-slots // (HELD_THREADS * cfg[0]))
+    if k > _held_per_sm(cfg) * sms + 1:
         if forced:
             raise ValueError(f"rows of {n} elements are too long for the held path ({k} chunks a row)")
         return None
-    return Plan("held", HELD_THREADS, HELD_THREADS, k, -(-slots // k), f"spt{spt}")
+    return Plan("held", HELD_THREADS, HELD_THREADS, k, -(-slots // k), cfg)
 
 
 def _cluster_row_bytes(dtype):
@@ -496,10 +510,9 @@ def _make_prep(x, axis, op, method, partition, dev):
         pr.block = (pl.threads,)
         pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), _i64(pl.slots_per_chunk), np.int32(hold))
     elif pl.path == "held":
-        spt = int(pl.copy[3:])
-        k = _compile.get_kernel(SOURCE, _held_name(ct, spt), CLUSTER_ARCH_OPTIONS)
+        k = _compile.get_kernel(SOURCE, _held_name(ct, pl.copy), CLUSTER_ARCH_OPTIONS)
         pr.kernels = (k,)
-        pr.smem = 3 * pl.slots_per_chunk * 16
+        pr.smem = _held_smem(pl.copy, pl.slots_per_chunk)
         g = _held_residency(k, pl.threads, pr.smem) * sms
         if pl.chunks > g + 1:
             raise _compile.ConfigurationError(f"softmax_hold: {pl.chunks} chunks a row need {pl.chunks - 1} resident "

@@ -993,24 +993,27 @@ def test_argument_errors_come_before_the_device():
 # the held split (compute capability >= 9.0): chunks held in shared memory, a cooperative persistent grid
 def test_held_plan(monkeypatch):
     vec = 4  # float32
-    s4 = sm.HELD_THREADS * 4
-    p = sm.plan(np.float32, 3, s4 * vec * 5 + 1, sms=SMS, cc=CC_H200, partition={"path": "held"})
-    assert p.path == "held" and p.chunks == 6 and p.copy == f"spt{sm.HELD_SPT}" and 6 * p.slots_per_chunk >= 5 * s4 + 1
-    p = sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "spt": 8})
-    assert (p.path, p.chunks, p.slots_per_chunk, p.copy) == ("held", 1, 25, "spt8")
+    cfg = sm.HELD_CONFIG
+    s = sm.HELD_THREADS * cfg[0]
+    p = sm.plan(np.float32, 3, s * vec * 5 + 1, sms=SMS, cc=CC_H200, partition={"path": "held"})
+    assert p.path == "held" and p.chunks == 6 and p.copy == cfg and 6 * p.slots_per_chunk >= 5 * s + 1
+    p = sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "config": (8, 1, 2)})
+    assert (p.path, p.chunks, p.slots_per_chunk, p.copy) == ("held", 1, 25, (8, 1, 2))
+    assert sm._held_smem((4, 2, 2)) == 5 * 16 << 10 and sm._held_per_sm((4, 2, 2)) == 2
+    assert sm._held_per_sm((4, 1, 1)) == 4 and sm._held_per_sm((8, 1, 2)) == 1
     # the longest row: K = resident blocks + 1 (the planner's estimate), one more chunk is refused
-    k_max = sm.HELD_BLOCKS_PER_SM[4] * SMS + 1
-    assert sm.plan(np.float32, 1, k_max * s4 * vec, sms=SMS, cc=CC_H200, partition={"path": "held"}).chunks == k_max
+    k_max = sm._held_per_sm(cfg) * SMS + 1
+    assert sm.plan(np.float32, 1, k_max * s * vec, sms=SMS, cc=CC_H200, partition={"path": "held"}).chunks == k_max
     with pytest.raises(ValueError, match="too long for the held path"):
-        sm.plan(np.float32, 1, k_max * s4 * vec + 1, sms=SMS, cc=CC_H200, partition={"path": "held"})
+        sm.plan(np.float32, 1, k_max * s * vec + 1, sms=SMS, cc=CC_H200, partition={"path": "held"})
     with pytest.raises(ValueError, match="softmax/log_softmax"):
         sm.plan(np.float64, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held"})
     with pytest.raises(ValueError, match="softmax/log_softmax"):
         sm.plan(np.float32, 3, 100, op=sm.OP_LSE, sms=SMS, cc=CC_H200, partition={"path": "held"})
     with pytest.raises(ValueError, match="softmax/log_softmax"):
         sm.plan(np.float32, 3, 100, method="safe", sms=SMS, cc=CC_H200, partition={"path": "held"})
-    with pytest.raises(ValueError, match="spt"):
-        sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "spt": 6})
+    with pytest.raises(ValueError, match="config"):
+        sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "config": (6, 1, 1)})
     from cuflash import _compile
 
     with pytest.raises(_compile.ConfigurationError, match="compute capability"):
@@ -1026,7 +1029,7 @@ def test_held_plan(monkeypatch):
         assert sm.plan(dt, 64, n, sms=SMS, cc=80).path != "held"
         assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"held": 0}).path != "held"
         assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"path": "cluster"}).path == "cluster"
-        assert sm.plan(dt, 1, k_max * s4 * 16 // np.dtype(dt).itemsize + 16, sms=SMS, cc=CC_H200).path == "split"
+        assert sm.plan(dt, 1, k_max * s * 16 // np.dtype(dt).itemsize + 16, sms=SMS, cc=CC_H200).path == "split"
     assert sm.plan(np.float64, 64, 1 << 20, sms=SMS, cc=CC_H200).path != "held"
 
 
@@ -1034,14 +1037,14 @@ def test_held_kernels_declared_for_sm90_only():
     from cuflash import _compile
 
     decl = {(n, e) for s, n, e, _ in _compile.declared() if s == sm.SOURCE and "softmax_hold" in n}
-    assert decl == {(sm._held_name(_dtypes.CTYPE[dt], spt), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
-                    for spt in sm.HELD_SPTS}
+    assert decl == {(sm._held_name(_dtypes.CTYPE[dt], cfg), sm.CLUSTER_ARCH_OPTIONS) for dt in DTYPES.values()
+                    for cfg in sm.HELD_CONFIGS}
 
 
 def _held_run(x, op, part, cp):
     """One forced held launch on rows of x (last axis) into a poisoned output: the output (CuPy) and the Plan."""
     pr = sm._prepare(x, -1, op, "online", part)
-    assert pr.plan.path == "held" and pr.plan.copy == f"spt{part.get('spt', sm.HELD_SPT)}", pr.plan
+    assert pr.plan.path == "held" and pr.plan.copy == tuple(part.get("config", sm.HELD_CONFIG)), pr.plan
     y = _poisoned(cp, x.shape, x.dtype)
     sm._exec(pr, x, op, "online", y=y)
     return y, pr
@@ -1058,14 +1061,14 @@ def _held_compare(x64, dtype, part, cp, x_dev=None):
 
 
 @gpu
-@pytest.mark.parametrize("spt", sm.HELD_SPTS)
+@pytest.mark.parametrize("cfg", sm.HELD_CONFIGS, ids=str)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_held_chunk_boundaries_and_tails(dtype, spt, rng, cp):
+def test_held_chunk_boundaries_and_tails(dtype, cfg, rng, cp):
     """Row lengths around one and several chunks and the vector tails, rows starting inside a 16-byte slot."""
     _needs_cluster()
     vec = 16 // np.dtype(dtype).itemsize
-    e = sm.HELD_THREADS * spt * vec  # elements of a whole chunk
-    part = {"path": "held", "spt": spt}
+    e = sm.HELD_THREADS * cfg[0] * vec  # elements of a whole chunk
+    part = {"path": "held", "config": cfg}
     for n in sorted({1, 2, vec - 1, vec + 1, 3001, e - vec, e - 1, e, e + 1, e + vec, 2 * e - 1, 2 * e + 3,
                      7 * e + vec + 1, 40 * e - 5}):
         x64 = rng.standard_normal((3, n)) * 8
@@ -1083,18 +1086,19 @@ def test_held_blocks_loop_and_longest_rows(dtype, rng, cp):
     from cuflash import _compile
 
     vec = 16 // np.dtype(dtype).itemsize
-    e = sm.HELD_THREADS * 4 * vec
+    cfg = sm.HELD_CONFIG
+    e = sm.HELD_THREADS * cfg[0] * vec
     for rows, n in ((2000, 5003), (701, 3 * e - 7), (37, 31 * e + 11)):
         pr = _held_compare(rng.standard_normal((rows, n)) * 6, dtype, {"path": "held"}, cp)
         assert rows * pr.plan.chunks > pr.grid[0], (pr.plan, pr.grid)  # every block takes several chunks
-    g = sm._held_residency(_compile.get_kernel(sm.SOURCE, sm._held_name(_dtypes.CTYPE[np.dtype(dtype)], 4),
-                                               sm.CLUSTER_ARCH_OPTIONS), sm.HELD_THREADS, 3 * e // vec * 16)
+    g = sm._held_residency(_compile.get_kernel(sm.SOURCE, sm._held_name(_dtypes.CTYPE[np.dtype(dtype)], cfg),
+                                               sm.CLUSTER_ARCH_OPTIONS), sm.HELD_THREADS, sm._held_smem(cfg))
     g *= _compile.sm_count(cp.cuda.runtime.getDevice())
     x64 = rng.standard_normal((2, (g + 1) * e)) * 4
     x64[1, -3:] = 30.0  # the row's max in its last chunk
     pr = _held_compare(x64, dtype, {"path": "held"}, cp)
     assert pr.plan.chunks == g + 1 and pr.grid == (g,)
-    if g + 2 <= sm.HELD_BLOCKS_PER_SM[4] * _compile.sm_count(cp.cuda.runtime.getDevice()) + 1:
+    if g + 2 <= sm._held_per_sm(cfg) * _compile.sm_count(cp.cuda.runtime.getDevice()) + 1:
         with pytest.raises(_compile.ConfigurationError, match="resident"):
             sm._softmax_impl(_to_device(rng.standard_normal((1, (g + 1) * e + 1)), dtype), -1, sm.OP_SOFTMAX,
                              "online", {"path": "held"})
@@ -1106,9 +1110,9 @@ def test_held_edge_values_match_scipy(dtype, rng, cp):
     """-inf rows and chunks, +inf, NaN, huge values and all-equal rows spread over the chunks; 16-bit rows whose
     max sits on either side of the fast exponent's threshold (|m| = 1024)."""
     _needs_cluster()
-    for spt in sm.HELD_SPTS:
+    for cfg in sm.HELD_CONFIGS:
         for n in (64, 3001, 40001, 300001):
-            _held_compare(_edge_rows(n, dtype), dtype, {"path": "held", "spt": spt}, cp)
+            _held_compare(_edge_rows(n, dtype), dtype, {"path": "held", "config": cfg}, cp)
     n = 20000
     offsets = np.array([-3072.0, -1032.0, -1024.0, -1016.0, 0.0, 1016.0, 1024.0, 1032.0, 8192.0])
     x64 = rng.standard_normal((len(offsets), n)) * 6

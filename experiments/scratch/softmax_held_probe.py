@@ -15,7 +15,8 @@ from _softmax_probe import sm, bench, copy_bandwidth, inputs, frac  # noqa: E402
 SHAPES = [("float32", 1 << 17), ("float32", 1 << 18), ("float32", 1 << 19), ("float32", 1 << 20),
           ("bfloat16", 1 << 18), ("bfloat16", 1 << 19), ("bfloat16", 1 << 20),
           ("float16", 1 << 19), ("float16", 1 << 20)]
-VARIANTS = {"default": None, "held4": {"path": "held", "spt": 4}, "held8": {"path": "held", "spt": 8}}
+VARIANTS = {"default": None}
+VARIANTS.update({"h%d%d%d" % c: {"path": "held", "config": c} for c in sm.HELD_CONFIGS})
 
 
 def main():
@@ -59,8 +60,9 @@ def main():
                       "frac_rounds": [frac(rows, cols, dt, m, copy) for m in res[v]]}
         rows_out.append(row)
         print(f"{dname:9s} {cols:8d} copy {copy:6.0f} | " + " | ".join(
-            f"{v} {row[v]['frac_best']:.3f} ({min(row[v]['frac_rounds']):.3f}) err {row[v]['max_abs_err']:.1e}"
+            f"{v} {row[v]['frac_best']:.3f} e{row[v]['max_abs_err']:.0e}"
             for v in VARIANTS), flush=True)
+        print("  rounds:", {v: [round(f, 3) for f in row[v]["frac_rounds"]] for v in VARIANTS}, flush=True)
     print("plans:", json.dumps({f"{r['dtype']} {r['cols']}": {v: r[v]["plan"] for v in VARIANTS} for r in rows_out},
                                indent=0))
     if a.out:
