@@ -925,6 +925,10 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
     const i64 c0 = blockIdx.x + i * G;  // this iteration's chunk
     const i64 cw = c0 - LAG * G;        // the chunk written now
     if (cw >= total) break;
+    // the first THREADS states of chunk cw's row, loaded now: their latency hides behind the copy and reduction
+    const i64 wrow = cw >= 0 ? cw / K : 0;
+    unsigned long long w0 = 0;
+    if (cw >= 0 && threadIdx.x < K) w0 = *reinterpret_cast<const volatile unsigned long long*>(&ws[wrow * K + threadIdx.x]);
     issue(c0 + AHEAD * G, (int)((i + AHEAD) % NB));
     cp_async_wait<AHEAD>();
     if (c0 < total) {  // 2. reduce and publish chunk c0
@@ -944,12 +948,12 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
       if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(&ws[c0]) = pack_state(s);
     }
     if (cw >= 0) {  // 3. chunk cw: its row's K states, then its output
-      const i64 row = cw / K;
+      const i64 row = wrow;
       St s = St::identity();
       for (int j = threadIdx.x; j < K; j += THREADS) {
         const volatile unsigned long long* p = &ws[row * K + j];
-        unsigned long long w;
-        while ((w = *p) == 0ull) __nanosleep(32);
+        unsigned long long w = j == threadIdx.x ? w0 : 0ull;
+        while (w == 0ull && (w = *p) == 0ull) __nanosleep(32);
         s = merge(s, St{__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32))});
       }
       s = block_state<THREADS>(s, red);

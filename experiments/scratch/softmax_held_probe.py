@@ -25,7 +25,17 @@ def main():
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--out", default=None)
     ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax"))
+    ap.add_argument("--configs", default=None, help="held configs to time, e.g. 411,811 (default: all)")
+    ap.add_argument("--shapes", default=None, help="e.g. float32:1048576,bfloat16:1048576 (default: all)")
     a = ap.parse_args()
+    global SHAPES
+    if a.configs:
+        keep = {"h" + c for c in a.configs.split(",")} | {"default"}
+        for v in list(VARIANTS):
+            if v not in keep:
+                del VARIANTS[v]
+    if a.shapes:
+        SHAPES = [(d, int(c)) for d, c in (t.split(":") for t in a.shapes.split(","))]
     import cupy as cp
     import scipy.special
 
