@@ -885,6 +885,18 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
 // iteration i (by induction on i, every wait of iteration i ends once all blocks run). So the host launches only
 // resident blocks and checks K. With LAG = 2 the states a block waits for were published an iteration earlier.
 // Shared memory: NB·S 16-byte slots, S <= THREADS·SPT.
+// Study knob (experiments/scratch/softmax_held_probe.py --stats): with -DCUFLASH_HELD_STATS thread 0 of every
+// block adds its clock64 cycles in each phase and its spin retries to cuflash_held_stats (compiled out otherwise):
+// [0] copy waits, [1] reductions, [2] state waits, [3] outputs, [4] the whole loop, [5] spin retries, [6] iterations.
+#ifdef CUFLASH_HELD_STATS
+__device__ unsigned long long cuflash_held_stats[8];
+#define HELD_T(v) const long long v = clock64()
+#define HELD_ADD(k, v) (threadIdx.x == 0 ? (void)atomicAdd(&cuflash_held_stats[k], (unsigned long long)(v)) : (void)0)
+#else
+#define HELD_T(v) do { } while (0)
+#define HELD_ADD(k, v) do { } while (0)
+#endif
+
 template <typename T, int THREADS, int SPT, int AHEAD, int LAG>
 __global__ void __launch_bounds__(THREADS, (SPT <= 4 ? 1024 : 512) / THREADS)  // 64 (or 128) registers
 softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 rows, i64 n, int op, int K,
@@ -921,6 +933,10 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
 
 #pragma unroll
   for (int a = 0; a < AHEAD; ++a) issue(blockIdx.x + a * G, a);
+#ifdef CUFLASH_HELD_STATS
+  long long st[4] = {0, 0, 0, 0}, spins = 0, iters = 0;
+  const long long t_loop = clock64();
+#endif
   for (i64 i = 0;; ++i) {
     const i64 c0 = blockIdx.x + i * G;  // this iteration's chunk
     const i64 cw = c0 - LAG * G;        // the chunk written now
@@ -930,7 +946,13 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
     unsigned long long w0 = 0;
     if (cw >= 0 && threadIdx.x < K) w0 = *reinterpret_cast<const volatile unsigned long long*>(&ws[wrow * K + threadIdx.x]);
     issue(c0 + AHEAD * G, (int)((i + AHEAD) % NB));
+    HELD_T(t0);
     cp_async_wait<AHEAD>();
+    HELD_T(t1);
+#ifdef CUFLASH_HELD_STATS
+    st[0] += t1 - t0;
+    ++iters;
+#endif
     if (c0 < total) {  // 2. reduce and publish chunk c0
       const i64 row = c0 / K;
       const T* xr = x + row * ldx;
@@ -947,16 +969,29 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
       s = block_state<THREADS>(s, red);
       if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(&ws[c0]) = pack_state(s);
     }
+    HELD_T(t2);
+#ifdef CUFLASH_HELD_STATS
+    st[1] += t2 - t1;
+#endif
     if (cw >= 0) {  // 3. chunk cw: its row's K states, then its output
       const i64 row = wrow;
       St s = St::identity();
       for (int j = threadIdx.x; j < K; j += THREADS) {
         const volatile unsigned long long* p = &ws[row * K + j];
         unsigned long long w = j == threadIdx.x ? w0 : 0ull;
-        while (w == 0ull && (w = *p) == 0ull) __nanosleep(32);
+        while (w == 0ull && (w = *p) == 0ull) {
+#ifdef CUFLASH_HELD_STATS
+          ++spins;
+#endif
+          __nanosleep(32);
+        }
         s = merge(s, St{__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32))});
       }
       s = block_state<THREADS>(s, red);
+      HELD_T(t3);
+#ifdef CUFLASH_HELD_STATS
+      st[2] += t3 - t2;
+#endif
       const OutConst<A> oc = output_const<T>(s, op);
       const T* xr = x + row * ldx;
       const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (cw - row * K) * (i64)S, S);
@@ -967,10 +1002,21 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
         const int j = threadIdx.x + u * THREADS;
         if (j < r.nslots) store_slot<T, true>(yb, output_slot<T>(buf[j], oc), j * VEC, r.lo, r.hi);
       }
+#ifdef CUFLASH_HELD_STATS
+      st[3] += clock64() - t3;
+#endif
     }
   }
   cp_async_wait<0>();
+#ifdef CUFLASH_HELD_STATS
+  for (int k = 0; k < 4; ++k) HELD_ADD(k, st[k]);
+  HELD_ADD(4, clock64() - t_loop);
+  if (spins) atomicAdd(&cuflash_held_stats[5], (unsigned long long)spins);  // every thread's retries
+  HELD_ADD(6, iters);
+#endif
 }
+#undef HELD_T
+#undef HELD_ADD
 
 #endif  // __CUDA_ARCH__ >= 900
 

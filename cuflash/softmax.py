@@ -111,7 +111,8 @@ CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile fo
 # thread a chunk, chunks in flight ahead of the one reduced, iterations between a chunk's reduction and its output
 # (ahead + 1 + lag buffers of 16·HELD_THREADS·spt bytes a block)
 HELD_THREADS = 256
-HELD_CONFIGS = ((4, 1, 1), (4, 1, 2), (4, 2, 1), (4, 2, 2), (2, 2, 2), (2, 3, 2), (8, 1, 1), (8, 1, 2))
+HELD_CONFIGS = ((4, 1, 1), (4, 1, 2), (4, 2, 1), (4, 2, 2), (2, 2, 2), (2, 3, 2), (8, 1, 1), (8, 1, 2), (6, 1, 2),
+                (6, 2, 1), (3, 1, 2), (3, 2, 2))
 HELD_CONFIG = (4, 2, 2)                 # the automatic plan's
 HELD_ROW_BYTES = None                   # rows of at least this many bytes take it automatically (None: forced only)
 HELD_SMEM_PER_SM = 228 << 10            # the planner's estimate of the resident blocks (the launch asks the driver)

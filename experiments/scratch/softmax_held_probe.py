@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--out", default=None)
     ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax"))
+    ap.add_argument("--stats", action="store_true", help="per-phase clock64 cycles of thread 0 (CUFLASH_HELD_STATS)")
     ap.add_argument("--configs", default=None, help="held configs to time, e.g. 411,811 (default: all)")
     ap.add_argument("--shapes", default=None, help="e.g. float32:1048576,bfloat16:1048576 (default: all)")
     a = ap.parse_args()
@@ -40,6 +41,8 @@ def main():
     import scipy.special
 
     op = sm.OP_SOFTMAX if a.op == "softmax" else sm.OP_LOG_SOFTMAX
+    if a.stats:
+        return stats(a, op)
     ref_fn = scipy.special.softmax if op == sm.OP_SOFTMAX else scipy.special.log_softmax
     rows_out = []
     for dname, cols, dt, rows, xs in inputs(SHAPES):
@@ -78,6 +81,46 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"environment": bench.environment(), "op": a.op, "rows": rows_out}, f, indent=1)
+
+
+def stats(a, op):
+    """Each held config once per shape, built with -DCUFLASH_HELD_STATS: thread 0's cycles per phase and the spin
+    retries, averaged per iteration (microseconds at the SM clock)."""
+    import cupy as cp
+    from cuflash import _compile
+
+    opt = ("-DCUFLASH_HELD_STATS",)
+    get = _compile.get_kernel
+    sm._compile.get_kernel = lambda src, name, extra=(): get(src, name, tuple(extra) + (opt if "softmax_hold" in name
+                                                                                         else ()))
+    dev = cp.cuda.runtime.getDevice()
+    mhz = cp.cuda.runtime.getDeviceProperties(dev)["clockRate"] / 1e3
+    out = []
+    for dname, cols, dt, rows, xs in inputs(SHAPES):
+        x = xs[0]
+        for v, part in VARIANTS.items():
+            if part is None:
+                continue
+            y, pl = sm._softmax_impl(x, -1, op, "online", part, return_plan=True)
+            key = ("softmax.cu", sm._held_name(sm._dtypes.CTYPE[dt], pl.copy), sm.CLUSTER_ARCH_OPTIONS + opt, dev)
+            buf = cp.ndarray((8,), dtype=cp.uint64, memptr=_compile._MODULES[key].get_global("cuflash_held_stats"))
+            res = []
+            for _ in range(3):
+                buf[...] = 0
+                sm._softmax_impl(x, -1, op, "online", part)
+                cp.cuda.runtime.deviceSynchronize()
+                res.append(buf.get().astype(np.float64))
+            r = np.median(np.array(res), axis=0)
+            it = max(r[6], 1)
+            us = {k: r[i] / it / mhz for i, k in enumerate(("copy_wait", "reduce", "state_wait", "output", "loop"))}
+            row = {"dtype": dname, "cols": cols, "config": v, "us_per_iteration": us, "spins_per_iteration": r[5] / it,
+                   "iterations": r[6], "clock_MHz": mhz}
+            out.append(row)
+            print(f"{dname:9s} {cols:8d} {v}: per iteration (us) " + " ".join(f"{k} {u:.2f}" for k, u in us.items())
+                  + f" | spins/it {r[5] / it:.1f}, iterations {r[6]:.0f}", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"environment": bench.environment(), "op": a.op, "stats": out}, f, indent=1)
 
 
 if __name__ == "__main__":
