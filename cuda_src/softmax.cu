@@ -889,7 +889,6 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
 // block adds its clock64 cycles in each phase and its spin retries to cuflash_held_stats (compiled out otherwise):
 // [0] copy waits, [1] reductions, [2] state waits, [3] outputs, [4] the whole loop, [5] spin retries, [6] iterations.
 #ifdef CUFLASH_HELD_STATS
-__device__ unsigned long long cuflash_held_stats[8];
 #define HELD_T(v) const long long v = clock64()
 #define HELD_ADD(k, v) (threadIdx.x == 0 ? (void)atomicAdd(&cuflash_held_stats[k], (unsigned long long)(v)) : (void)0)
 #else
