@@ -26,10 +26,16 @@ path            when                                                        HBM 
                 memory (bulk copies or cp.async: ``CLUSTER_BULK_SIZES``);
                 the C states merge through distributed shared memory
                 (st.async + mbarrier; one launch)
+``held``        cc 9.0, rows of ``HELD_ROW_BYTES`` (2 MiB) and more (not    read n, write n
+                float64): chunks of 32 KiB held in shared memory by a
+                cooperative persistent grid, each written once its row's
+                states are published (one launch)
 ``stream``      lse/state of long rows, float64 long rows, the ``safe`` and  read 2n, write n (lse: n)
                 ``naive`` methods: partial states, then a second launch
 ==============  ==========================================================  =============================
 
+The ``held`` path (softmax/log_softmax only) is forced by ``partition={"path": "held"}`` (``config``: one of
+``HELD_CONFIGS``) and left out by ``partition={"held": 0}``.
 The ``cluster`` path is chosen automatically for softmax/log_softmax only (lse and the state take it when
 forced): ``partition={"path": "cluster", "cluster": C}`` forces it (C optional); ``partition={"cluster": 0}``
 or ``CLUSTER_ROW_BYTES = None`` leave the planner as it was without it (``block``/``split`` for long rows);
@@ -109,20 +115,27 @@ CLUSTER_ARCH_OPTIONS = ("--gpu-architecture=sm_90",)  # cluster names compile fo
 # HELD_THREADS x spt slots, each copied once into shared memory and written from there once its row's states are
 # published; a cooperative persistent grid (K <= resident blocks + 1). A configuration (spt, ahead, lag): slots a
 # thread a chunk, chunks in flight ahead of the one reduced, iterations between a chunk's reduction and its output
-# (ahead + 1 + lag buffers of 16·HELD_THREADS·spt bytes a block)
+# (ahead + 1 + lag buffers of 16·HELD_THREADS·spt bytes a block). On the H200, same-run A/B against the planner
+# without it (experiments/results/logs/softmax_held_probe_*.json, 2-3 rounds, best round): (8, 1, 1), 32 KiB chunks
+# and two blocks an SM, 4 MiB float32 rows 0.749 against 0.689 (split), 2 MiB float32 rows 0.757 against 0.725
+# (C = 16), 16-bit 2 MiB rows 0.710 against 0.677; shorter rows lose (1 MiB: 0.71-0.77 against 0.79-0.83 at C = 16).
+# Smaller chunks with more blocks, more chunks in flight or a longer lag ran slower (0.40-0.68): a block's
+# iteration is a chain of latencies (per-phase cycles in softmax_held_stats_ec22630.json: ~1.5 us reducing,
+# 1.0-2.8 us waiting for the row's states, 1.1 us writing) that two blocks an SM overlap best.
 HELD_THREADS = 256
-HELD_CONFIGS = ((4, 1, 1), (4, 1, 2), (4, 2, 1), (4, 2, 2), (2, 2, 2), (2, 3, 2), (8, 1, 1), (8, 1, 2), (6, 1, 2),
-                (6, 2, 1), (3, 1, 2), (3, 2, 2))
-HELD_CONFIG = (4, 2, 2)                 # the automatic plan's
-HELD_ROW_BYTES = None                   # rows of at least this many bytes take it automatically (None: forced only)
+HELD_CONFIGS = ((8, 1, 1), (4, 1, 1), (6, 1, 2))
+HELD_CONFIG = (8, 1, 1)                 # the automatic plan's
+HELD_ROW_BYTES = 2 << 20                # rows of at least this many bytes take it automatically (None: never) ...
+HELD_CC = (90,)                         # ... on these compute capabilities (measured on the H200)
 HELD_SMEM_PER_SM = 228 << 10            # the planner's estimate of the resident blocks (the launch asks the driver)
 
 _SUPPORTED = (_dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64)
 
 Plan = namedtuple("Plan", "path threads group chunks slots_per_chunk copy", defaults=(None,))
-Plan.__doc__ = """How one call runs: path (warp/block/split/cluster/stream), block size, lanes per row, chunks per
-row (K; the cluster path: C, its blocks per row), 16-byte slots per chunk (S; the cluster path: per block) and,
-on the cluster path, how a block copies its segment into shared memory ("bulk" or "cp.async"; else None)."""
+Plan.__doc__ = """How one call runs: path (warp/block/split/cluster/held/stream), block size, lanes per row, chunks
+per row (K; the cluster path: C, its blocks per row), 16-byte slots per chunk (S; the cluster path: per block) and,
+on the cluster path, how a block copies its segment into shared memory ("bulk" or "cp.async"); on the held path its
+configuration (spt, ahead, lag); else None."""
 
 
 def _nv(dtype):
@@ -332,15 +345,15 @@ _STUDY_KEYS = ("threads", "chunks", "chunk_slots", "lag", "split", "max_chunk_sl
 def _held_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     """The held split's Plan (``path="held"``), or None for the other paths.
 
-    Automatic (softmax/log_softmax, method "online", 16/32-bit types, cc >= 90, rows of at least
-    ``HELD_ROW_BYTES``, no study knob) with ``HELD_CONFIG``; ``partition={"path": "held"}`` forces it
+    Automatic (softmax/log_softmax, method "online", 16/32-bit types, cc in ``HELD_CC``, rows of at least
+    ``HELD_ROW_BYTES`` and chunks for every resident block, no study knob) with ``HELD_CONFIG``; ``partition={"path": "held"}`` forces it
     (``config``: one of ``HELD_CONFIGS``). K chunks a row of at most ``HELD_THREADS`` x spt slots, spread evenly;
     K must not exceed the resident blocks + 1 (estimated here by ``_held_per_sm``; the launch checks the driver's
     count): longer rows keep the split."""
     forced = p.get("path") == "held"
     if not forced:
         if (HELD_ROW_BYTES is None or p.get("held") == 0 or p.get("path") is not None or stream or reduce_only
-                or any(k in p for k in _STUDY_KEYS) or "cluster" in p or cc is None or int(cc) < 90
+                or any(k in p for k in _STUDY_KEYS) or "cluster" in p or cc is None or int(cc) not in HELD_CC
                 or np.dtype(dtype).itemsize not in (2, 4) or n * np.dtype(dtype).itemsize < HELD_ROW_BYTES):
             return None
     else:
@@ -356,6 +369,8 @@ def _held_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     if k > _held_per_sm(cfg) * sms + 1:
         if forced:
             raise ValueError(f"rows of {n} elements are too long for the held path ({k} chunks a row)")
+        return None
+    if not forced and rows * k < _held_per_sm(cfg) * sms:  # too few chunks to fill the resident blocks
         return None
     return Plan("held", HELD_THREADS, HELD_THREADS, k, -(-slots // k), cfg)
 

@@ -42,7 +42,7 @@ SOFTMAX_METHODS = ("naive", "safe", "online", "cached", "split")
 _SOFTMAX_ALIASES = {"three_pass": "safe", "3pass": "safe", "safe3": "safe", "two_pass": "online",
                     "2pass": "online", "online2": "online", "single": "cached", "onchip": "cached",
                     "on_chip": "cached", "fused": "cached", "register": "cached", "smem": "cached",
-                    "single_read": "cached", "split_row": "split", "splitrow": "split", "cluster": "cached",
+                    "single_read": "cached", "split_row": "split", "splitrow": "split", "cluster": "cached", "held": "cached",
                     "auto": "cached", "online_cached": "cached", "warp": "cached",
                     "block": "cached", "stream": "online"}
 SCHEDULES = ("standard", "fa1", "fa2")

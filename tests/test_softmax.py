@@ -583,6 +583,7 @@ CC_H200 = 90
 
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_cluster_plan(dtype, monkeypatch):
+    monkeypatch.setattr(sm, "HELD_ROW_BYTES", None)  # the cluster planner alone (the held path: test_held_plan)
     vec = 16 // np.dtype(dtype).itemsize
     lo, hi = sm.CLUSTER_ROW_BYTES[np.dtype(dtype).itemsize]
     long_n, top_n = lo // np.dtype(dtype).itemsize, hi // np.dtype(dtype).itemsize
@@ -604,6 +605,7 @@ def test_cluster_plan(dtype, monkeypatch):
     monkeypatch.setattr(sm, "CLUSTER_ROW_BYTES", None)
     assert sm.plan(dtype, 8192, long_n, sms=SMS, cc=CC_H200).path != "cluster"
     monkeypatch.undo()
+    monkeypatch.setattr(sm, "HELD_ROW_BYTES", None)
     # C: the smallest size whose segments fit CLUSTER_SEGMENT_BYTES with rows x C >= SMs, else the largest (16 on
     # cc 9.0 only, 8 elsewhere); segments over CLUSTER_MAX_SEGMENT_BYTES or too few blocks: not the cluster path
     for cc in (CC_H200, 100):
@@ -997,10 +999,10 @@ def test_held_plan(monkeypatch):
     s = sm.HELD_THREADS * cfg[0]
     p = sm.plan(np.float32, 3, s * vec * 5 + 1, sms=SMS, cc=CC_H200, partition={"path": "held"})
     assert p.path == "held" and p.chunks == 6 and p.copy == cfg and 6 * p.slots_per_chunk >= 5 * s + 1
-    p = sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "config": (8, 1, 2)})
-    assert (p.path, p.chunks, p.slots_per_chunk, p.copy) == ("held", 1, 25, (8, 1, 2))
-    assert sm._held_smem((4, 2, 2)) == 5 * 16 << 10 and sm._held_per_sm((4, 2, 2)) == 2
-    assert sm._held_per_sm((4, 1, 1)) == 4 and sm._held_per_sm((8, 1, 2)) == 1
+    p = sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "config": (6, 1, 2)})
+    assert (p.path, p.chunks, p.slots_per_chunk, p.copy) == ("held", 1, 25, (6, 1, 2))
+    assert sm._held_smem((8, 1, 1)) == 3 * 32 << 10 and sm._held_per_sm((8, 1, 1)) == 2
+    assert sm._held_per_sm((4, 1, 1)) == 4 and sm._held_per_sm((6, 1, 2)) == 2
     # the longest row: K = resident blocks + 1 (the planner's estimate), one more chunk is refused
     k_max = sm._held_per_sm(cfg) * SMS + 1
     assert sm.plan(np.float32, 1, k_max * s * vec, sms=SMS, cc=CC_H200, partition={"path": "held"}).chunks == k_max
@@ -1013,24 +1015,32 @@ def test_held_plan(monkeypatch):
     with pytest.raises(ValueError, match="softmax/log_softmax"):
         sm.plan(np.float32, 3, 100, method="safe", sms=SMS, cc=CC_H200, partition={"path": "held"})
     with pytest.raises(ValueError, match="config"):
-        sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "config": (6, 1, 1)})
+        sm.plan(np.float32, 3, 100, sms=SMS, cc=CC_H200, partition={"path": "held", "config": (7, 1, 1)})
     from cuflash import _compile
 
     with pytest.raises(_compile.ConfigurationError, match="compute capability"):
         sm.plan(np.float32, 3, 100, sms=SMS, cc=80, partition={"path": "held"})
-    # automatic only from HELD_ROW_BYTES, softmax/log_softmax, cc 9.0, no other knob
-    monkeypatch.setattr(sm, "HELD_ROW_BYTES", 1 << 20)
+    # automatic: rows of HELD_ROW_BYTES and more with chunks for every resident block, softmax/log_softmax, cc 9.0
+    assert sm.HELD_ROW_BYTES == 2 << 20 and sm.HELD_CC == (CC_H200,)
     for dt in DTYPES.values():
-        n = (1 << 20) // np.dtype(dt).itemsize
-        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200).path == "held"
+        n = sm.HELD_ROW_BYTES // np.dtype(dt).itemsize
+        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200) == ("held", 256, 256, 64, 2048, cfg)
         assert sm.plan(dt, 64, n, op=sm.OP_LOG_SOFTMAX, sms=SMS, cc=CC_H200).path == "held"
-        assert sm.plan(dt, 64, n - 1, sms=SMS, cc=CC_H200).path != "held"
+        assert sm.plan(dt, 64, 2 * n, sms=SMS, cc=CC_H200).path == "held"
+        assert sm.plan(dt, 64, n - 1, sms=SMS, cc=CC_H200).path == "cluster"
         assert sm.plan(dt, 64, n, op=sm.OP_LSE, sms=SMS, cc=CC_H200).path != "held"
-        assert sm.plan(dt, 64, n, sms=SMS, cc=80).path != "held"
-        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"held": 0}).path != "held"
+        assert sm.plan(dt, 64, n, method="safe", sms=SMS, cc=CC_H200).path == "stream"
+        for cc in (None, 80, 100):
+            assert sm.plan(dt, 64, n, sms=SMS, cc=cc).path != "held"
+        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"held": 0}).path == "cluster"
         assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"path": "cluster"}).path == "cluster"
+        assert sm.plan(dt, 64, n, sms=SMS, cc=CC_H200, partition={"chunks": 9}).path == "split"
+        assert sm.plan(dt, 4, n, sms=SMS, cc=CC_H200).path == "split"  # 4 x 64 chunks < 2 x 132 blocks
+        assert sm.plan(dt, 5, n, sms=SMS, cc=CC_H200).path == "held"
         assert sm.plan(dt, 1, k_max * s * 16 // np.dtype(dt).itemsize + 16, sms=SMS, cc=CC_H200).path == "split"
     assert sm.plan(np.float64, 64, 1 << 20, sms=SMS, cc=CC_H200).path != "held"
+    monkeypatch.setattr(sm, "HELD_ROW_BYTES", None)
+    assert sm.plan(np.float32, 64, 1 << 20, sms=SMS, cc=CC_H200).path == "split"
 
 
 def test_held_kernels_declared_for_sm90_only():
@@ -1088,7 +1098,7 @@ def test_held_blocks_loop_and_longest_rows(dtype, rng, cp):
     vec = 16 // np.dtype(dtype).itemsize
     cfg = sm.HELD_CONFIG
     e = sm.HELD_THREADS * cfg[0] * vec
-    for rows, n in ((2000, 5003), (701, 3 * e - 7), (37, 31 * e + 11)):
+    for rows, n in ((2000, 5003), (701, 3 * e - 7), (37, 31 * e + 11), (9, 64 * e)):
         pr = _held_compare(rng.standard_normal((rows, n)) * 6, dtype, {"path": "held"}, cp)
         assert rows * pr.plan.chunks > pr.grid[0], (pr.plan, pr.grid)  # every block takes several chunks
     g = sm._held_residency(_compile.get_kernel(sm.SOURCE, sm._held_name(_dtypes.CTYPE[np.dtype(dtype)], cfg),

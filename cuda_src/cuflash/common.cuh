@@ -28,10 +28,6 @@ __device__ unsigned long long cuflash_timeline[(CUFLASH_TIMELINE) * 4];
 #else
 #define CUFLASH_TL(k) do { } while (0)
 #endif
-// Study knob (softmax.cu's softmax_hold, experiments/scratch/softmax_held_probe.py --stats): its phase counters.
-#ifdef CUFLASH_HELD_STATS
-__device__ unsigned long long cuflash_held_stats[8];
-#endif
 
 namespace cuflash {
 
