@@ -15,7 +15,7 @@ from _softmax_probe import sm, bench, copy_bandwidth, inputs, frac  # noqa: E402
 SHAPES = [("float32", 1 << 17), ("float32", 1 << 18), ("float32", 1 << 19), ("float32", 1 << 20),
           ("bfloat16", 1 << 18), ("bfloat16", 1 << 19), ("bfloat16", 1 << 20),
           ("float16", 1 << 19), ("float16", 1 << 20)]
-VARIANTS = {"default": None}
+VARIANTS = {"default": None, "noheld": {"held": 0}}  # noheld: the planner without the held path
 VARIANTS.update({"h%d%d%d" % c: {"path": "held", "config": c} for c in sm.HELD_CONFIGS})
 
 
@@ -25,13 +25,14 @@ def main():
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--out", default=None)
     ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax"))
-    ap.add_argument("--stats", action="store_true", help="per-phase clock64 cycles of thread 0 (CUFLASH_HELD_STATS)")
+    ap.add_argument("--stats", action="store_true", help="per-phase clock64 cycles of thread 0 (CUFLASH_HELD_STATS: "
+                    "the counters are in the kernel on branch wip/softmax-held only)")
     ap.add_argument("--configs", default=None, help="held configs to time, e.g. 411,811 (default: all)")
     ap.add_argument("--shapes", default=None, help="e.g. float32:1048576,bfloat16:1048576 (default: all)")
     a = ap.parse_args()
     global SHAPES
     if a.configs:
-        keep = {"h" + c for c in a.configs.split(",")} | {"default"}
+        keep = {"h" + c for c in a.configs.split(",")} | {"default", "noheld"}
         for v in list(VARIANTS):
             if v not in keep:
                 del VARIANTS[v]
