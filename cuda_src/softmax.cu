@@ -590,14 +590,10 @@ __global__ void softmax_finalize(i64 rows, int K, int op, const SoftmaxState<typ
 
 // The cluster primitives (cluster_rank, cluster_send_f2, mbar_wait_cluster, ...): cuflash/cluster.cuh.
 
-// cp.async of one 16-byte slot from global to shared memory (L2 only, with an L2 eviction policy); its groups
-// are cuflash/async_copy.cuh's. The copies a thread issues become visible to that thread after
-// cp.async.wait_group: in the cluster kernel's cp.async variant each thread reads back only the slots it copied
-// itself, so no block barrier guards the segment (the bulk variant's thread 0 copies for all: a barrier a row).
-__device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-               "l"(pol) : "memory");
-}
+// cp.async of one 16-byte slot with an L2 eviction policy: cuflash/async_copy.cuh's cp_async_slot. The copies a
+// thread issues become visible to that thread after cp.async.wait_group: in the cluster kernel's cp.async variant
+// each thread reads back only the slots it copied itself, so no block barrier guards the segment (the bulk
+// variant's thread 0 copies for all: a barrier a row).
 // Wait until at most `pending` (0..3; a constant after unrolling) of this thread's committed groups are in flight.
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   if (pending <= 0) cp_async_wait<0>();

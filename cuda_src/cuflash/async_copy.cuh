@@ -3,7 +3,8 @@
 //   smem_u32(p)              the 32-bit shared-window address of a shared-memory pointer
 //   cp_async_16(dst, src, p) copy 16 bytes when p, else write 16 zero bytes (nothing is read; src must still be
 //                            a valid-looking address, e.g. a base pointer). .cg: cached in L2 only.
-//   cp_async_4(dst, src, p)  the same for 4 bytes (.ca: .cg copies only 16)
+//   cp_async_slot(d, s, pol) copy 16 bytes with an L2 eviction policy (createpolicy's 64-bit descriptor), .cg
+//   cp_async_4(dst, src, p)  the same as cp_async_16 for 4 bytes (.ca: .cg copies only 16)
 //   cp_async_commit()        closes the group of this thread's copies issued since the last commit
 //   cp_async_wait<N>()       waits until at most N of this thread's committed groups are still in flight; other
 //                            threads' copies need a barrier (__syncthreads / __syncwarp) before they are read
@@ -31,6 +32,11 @@ __device__ __forceinline__ void sts_16(uint32_t a, uint4 v) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
   int n = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+// 16 bytes from generic pointers (smem a shared-memory one) with the L2 cache hint pol.
+__device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "l"(pol) : "memory");
 }
 // 4 bytes (cp.async.ca: .cg takes only 16), zero-filled when !pred.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool pred) {
