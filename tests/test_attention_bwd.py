@@ -230,8 +230,14 @@ def _check(rng, cp, B, Hq, Hkv, Sq, Sk, D, dtype, causal=False, window=(-1, -1),
         # The kernel computes D = rowsum(dO * O) from O rounded to the dtype (as handed over by the forward), the
         # baseline from its own P. That rounding moves D_i by dD_i (computed here exactly), dS_ij = P_ij (dP_ij - D_i)
         # by P_ij dD_i, so dq_i by scale * dD_i * max|k| (sum_j P_ij = 1) and dk_j by scale * max|q| * sum_i P_ij dD_i.
+        # dP_ij (a tensor-core dot product) and D_i (a row sum) are also two float32 sums of the same size taken in
+        # different orders: where dP_ij - D_i vanishes exactly (one key: O = V), their rounding alone makes dS. A few
+        # float32 ulps of the largest |dP| (4 eps32 dpmax) bound it; it enters dq and dk as dD_i does. (At Sk = 1 a
+        # draw gave dk 1.07e-5 against the floor of 1e-5 without it, 37cd080.)
         sc = 1.0 / math.sqrt(D) if scale is None else scale
         dd = 2 * float(np.nan_to_num(np.abs((do.astype(np.float64) * (_host64(out_d) - out.get())).sum(axis=-1))).max())
+        dpmax = float(cp.abs(cp.matmul(g64[3], cp.repeat(g64[2], Hq // Hkv, axis=1).swapaxes(-1, -2))).max())
+        dd += 4 * _dtypes.eps(np.float32) * dpmax
         colsum = float(p.sum(axis=2).reshape(B, Hkv, Hq // Hkv, Sk).sum(axis=2).max())
         extra["dq"] += sc * dd * float(np.abs(k).max())
         extra["dk"] += sc * dd * float(np.abs(q).max()) * colsum
