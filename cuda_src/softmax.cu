@@ -867,7 +867,7 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// version 5: the held split (sm_90+ in the planner; "online", rows of 1 MiB and more, too long for a cluster's
+// version 5: the held split (sm_90 in the planner; "online", rows of 2 MiB and more, too long for a cluster's
 // shared memory): one HBM read, no L2 re-read. The input's rows are cut into chunks of at most S slots, K a row,
 // numbered c = row·K + k over the whole input. A persistent grid of G blocks, launched cooperatively (the driver
 // refuses a grid that cannot all be resident at once), gives block b the chunks b, b + G, b + 2G, ...: its
@@ -882,7 +882,8 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
 // No deadlock when K <= G + 1 (LAG >= 1): the row of a block's chunk i − LAG ends at most K − 1 chunks later, in
 // iteration i − LAG + 1 <= i of some block, and every block publishes its iteration-i chunk before it waits in
 // iteration i (by induction on i, every wait of iteration i ends once all blocks run). So the host launches only
-// resident blocks and checks K. With LAG = 2 the states a block waits for were published an iteration earlier.
+// resident blocks and checks K (the same argument allows K <= LAG·G + 1; the host keeps K <= G + 1 for every LAG).
+// With LAG = 2 the states a block waits for were published an iteration earlier.
 // Shared memory: NB·S 16-byte slots, S <= THREADS·SPT.
 __device__ __forceinline__ unsigned long long ld_volatile(const unsigned long long* p) {
   return *reinterpret_cast<const volatile unsigned long long*>(p);

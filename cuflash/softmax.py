@@ -26,10 +26,10 @@ path            when                                                        HBM 
                 memory (bulk copies or cp.async: ``CLUSTER_BULK_SIZES``);
                 the C states merge through distributed shared memory
                 (st.async + mbarrier; one launch)
-``held``        cc 9.0, rows of ``HELD_ROW_BYTES`` (2 MiB) and more (not    read n, write n
-                float64): chunks of 32 KiB held in shared memory by a
-                cooperative persistent grid, each written once its row's
-                states are published (one launch)
+``held``        cc 9.0, rows of ``HELD_ROW_BYTES`` (2 MiB) up to about 8 MiB  read n, write n
+                (K <= resident blocks + 1 chunks; not float64): chunks of
+                32 KiB held in shared memory by a cooperative persistent
+                grid, each written once its row's states are published
 ``stream``      lse/state of long rows, float64 long rows, the ``safe`` and  read 2n, write n (lse: n)
                 ``naive`` methods: partial states, then a second launch
 ==============  ==========================================================  =============================
@@ -249,7 +249,9 @@ _OCC: dict = {}
 
 def _held_residency(kernel, threads, smem):
     """Blocks of the held kernel an SM holds with ``smem`` bytes of dynamic shared memory (the driver's count)."""
-    key = (id(kernel), threads, smem)
+    import cupy
+
+    key = (id(kernel), threads, smem, cupy.cuda.runtime.getDevice())
     r = _OCC.get(key)
     if r is None:
         from cupy_backends.cuda.api import driver
@@ -468,7 +470,8 @@ def _prepare(x, axis, op, method, partition):
                          f"axis {axis})")
     dev = cupy.cuda.runtime.getDevice()
     key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
-           None if partition is None else tuple(sorted(partition.items())))
+           None if partition is None else tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                                       for k, v in partition.items())))
     pr = _PREP.get(key)
     if pr is None:
         pr = _make_prep(x, axis, op, method, partition, dev)
@@ -511,6 +514,16 @@ def _make_prep(x, axis, op, method, partition, dev):
 
     cc = _compile.compute_capability(dev)
     pl = pr.plan = plan(dt, pr.rows, pr.n, op, method, aligned, sms, partition, residency, cc)
+    if pl.path == "held":  # the planner estimated the resident blocks: the driver's count decides
+        held_kernel = _compile.get_kernel(SOURCE, _held_name(ct, pl.copy), CLUSTER_ARCH_OPTIONS)
+        held_smem = _held_smem(pl.copy, pl.slots_per_chunk)
+        held_blocks = _held_residency(held_kernel, pl.threads, held_smem) * sms
+        if pl.chunks > held_blocks + 1:
+            if (partition or {}).get("path") == "held":
+                raise _compile.ConfigurationError(f"softmax_hold: {pl.chunks} chunks a row need {pl.chunks - 1} "
+                                                  f"resident blocks, the device holds {held_blocks}")
+            pl = pr.plan = plan(dt, pr.rows, pr.n, op, method, aligned, sms, dict(partition or {}, held=0),
+                                residency, cc)
     rows, n = pr.rows, pr.n
     pr.chunks = pl.chunks
     pr.smem = 0
@@ -526,14 +539,9 @@ def _make_prep(x, axis, op, method, partition, dev):
         pr.block = (pl.threads,)
         pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), _i64(pl.slots_per_chunk), np.int32(hold))
     elif pl.path == "held":
-        k = _compile.get_kernel(SOURCE, _held_name(ct, pl.copy), CLUSTER_ARCH_OPTIONS)
-        pr.kernels = (k,)
-        pr.smem = _held_smem(pl.copy, pl.slots_per_chunk)
-        g = _held_residency(k, pl.threads, pr.smem) * sms
-        if pl.chunks > g + 1:
-            raise _compile.ConfigurationError(f"softmax_hold: {pl.chunks} chunks a row need {pl.chunks - 1} resident "
-                                              f"blocks, the device holds {g}")
-        pr.grid = (min(g, rows * pl.chunks),)
+        pr.kernels = (held_kernel,)
+        pr.smem = held_smem
+        pr.grid = (min(held_blocks, rows * pl.chunks),)
         pr.block = (pl.threads,)
         pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(op), np.int32(pl.chunks),
                    np.int32(pl.slots_per_chunk))

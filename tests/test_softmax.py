@@ -1051,20 +1051,22 @@ def test_held_kernels_declared_for_sm90_only():
                     for cfg in sm.HELD_CONFIGS}
 
 
-def _held_run(x, op, part, cp):
-    """One forced held launch on rows of x (last axis) into a poisoned output: the output (CuPy) and the Plan."""
+def _held_run(x, op, part, cp, poison=0xFF):
+    """One forced held launch on rows of x (last axis) into an output of ``poison`` bytes (0xFF: NaN; 0x3C: a
+    finite value, for rows whose right answer is NaN): the output (CuPy) and the prepared launch."""
     pr = sm._prepare(x, -1, op, "online", part)
     assert pr.plan.path == "held" and pr.plan.copy == tuple(part.get("config", sm.HELD_CONFIG)), pr.plan
-    y = _poisoned(cp, x.shape, x.dtype)
+    y = cp.empty(x.shape, dtype=x.dtype)
+    y.view(cp.uint8)[...] = poison
     sm._exec(pr, x, op, "online", y=y)
     return y, pr
 
 
-def _held_compare(x64, dtype, part, cp, x_dev=None):
+def _held_compare(x64, dtype, part, cp, x_dev=None, poison=0xFF):
     xd = _to_device(x64, dtype) if x_dev is None else x_dev
     n = x64.shape[-1]
     for op, f in ((sm.OP_SOFTMAX, scipy.special.softmax), (sm.OP_LOG_SOFTMAX, scipy.special.log_softmax)):
-        out, pr = _held_run(xd, op, part, cp)
+        out, pr = _held_run(xd, op, part, cp, poison)
         _check(out.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n,
                f"{f.__name__} {pr.plan} grid {pr.grid}")
     return pr
@@ -1081,15 +1083,17 @@ def test_held_chunk_boundaries_and_tails(dtype, cfg, rng, cp):
     part = {"path": "held", "config": cfg}
     for n in sorted({1, 2, vec - 1, vec + 1, 3001, e - vec, e - 1, e, e + 1, e + vec, 2 * e - 1, 2 * e + 3,
                      7 * e + vec + 1, 40 * e - 5}):
-        x64 = rng.standard_normal((3, n)) * 8
+        x64 = rng.standard_normal((3, n)) * 8  # odd n: rows 1 and 2 start inside a 16-byte slot
         _held_compare(x64, dtype, part, cp)
-        wide = _to_device(np.concatenate([np.zeros((3, 1)), x64], axis=1), dtype)  # row 0 unaligned too
+        # a view one element into a wider array: softmax copies it first (input and output rows must share their
+        # offset in a 16-byte slot), so this checks that copy with the held launch
+        wide = _to_device(np.concatenate([np.zeros((3, 1)), x64], axis=1), dtype)
         _held_compare(x64, dtype, part, cp, x_dev=wide[:, 1:])
 
 
 @gpu
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_held_blocks_loop_and_longest_rows(dtype, rng, cp):
+def test_held_blocks_loop_and_longest_rows(dtype, rng, cp, monkeypatch):
     """More chunks than resident blocks (each block loops, rows cross its iterations), and rows of exactly
     resident blocks + 1 chunks (the longest the deadlock argument allows), then one chunk more: refused."""
     _needs_cluster()
@@ -1108,10 +1112,17 @@ def test_held_blocks_loop_and_longest_rows(dtype, rng, cp):
     x64[1, -3:] = 30.0  # the row's max in its last chunk
     pr = _held_compare(x64, dtype, {"path": "held"}, cp)
     assert pr.plan.chunks == g + 1 and pr.grid == (g,)
-    if g + 2 <= sm._held_per_sm(cfg) * _compile.sm_count(cp.cuda.runtime.getDevice()) + 1:
-        with pytest.raises(_compile.ConfigurationError, match="resident"):
-            sm._softmax_impl(_to_device(rng.standard_normal((1, (g + 1) * e + 1)), dtype), -1, sm.OP_SOFTMAX,
-                             "online", {"path": "held"})
+    # one chunk more than the driver's resident blocks allow, with the planner's estimate raised so that the plan
+    # takes it: refused when forced; the automatic plan falls back to the split
+    monkeypatch.setattr(sm, "HELD_SMEM_PER_SM", 4 * sm.HELD_SMEM_PER_SM)
+    monkeypatch.setattr(sm, "HELD_ROW_BYTES", 1 << 20)
+    xl = _to_device(rng.standard_normal((4, (g + 1) * e + 1)), dtype)  # K = g + 2; 4 rows: chunks for every block
+    with pytest.raises(_compile.ConfigurationError, match="resident"):
+        sm._softmax_impl(xl, -1, sm.OP_SOFTMAX, "online", {"path": "held"})
+    assert sm.plan(xl.dtype, 4, xl.shape[1], sms=_compile.sm_count(cp.cuda.runtime.getDevice()), cc=90).path == "held"
+    y, pl = sm._softmax_impl(xl, -1, sm.OP_SOFTMAX, "online", None, return_plan=True)
+    assert pl.path == "split", pl
+    np.testing.assert_allclose(y.sum(axis=1, dtype=cp.float32).get(), 1.0, rtol=1e-2)
 
 
 @gpu
@@ -1123,6 +1134,8 @@ def test_held_edge_values_match_scipy(dtype, rng, cp):
     for cfg in sm.HELD_CONFIGS:
         for n in (64, 3001, 40001, 300001):
             _held_compare(_edge_rows(n, dtype), dtype, {"path": "held", "config": cfg}, cp)
+        # rows whose right answer is NaN must be written: a finite poison shows a skipped chunk there
+        _held_compare(_edge_rows(40001, dtype), dtype, {"path": "held", "config": cfg}, cp, poison=0x3C)
     n = 20000
     offsets = np.array([-3072.0, -1032.0, -1024.0, -1016.0, 0.0, 1016.0, 1024.0, 1032.0, 8192.0])
     x64 = rng.standard_normal((len(offsets), n)) * 6
@@ -1138,3 +1151,26 @@ def test_held_is_deterministic(rng, cp):
     a, _ = _held_run(x, sm.OP_SOFTMAX, {"path": "held"}, cp)
     b, _ = _held_run(x, sm.OP_SOFTMAX, {"path": "held"}, cp)
     assert bool((a == b).all())
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_held_through_the_public_functions_on_a_side_stream(dtype, rng, cp):
+    """cuflash.softmax / log_softmax on rows of HELD_ROW_BYTES take the held path by themselves (cc 9.0), and run on
+    the current stream: launched on a non-blocking stream, the result is read after that stream's synchronize."""
+    _needs_cluster()
+    import cuflash
+
+    n = sm.HELD_ROW_BYTES // np.dtype(dtype).itemsize
+    x64 = rng.standard_normal((6, n)) * 6
+    x64[3, n - 2] = 50.0  # the row's max in its last chunk
+    x = _to_device(x64, dtype)
+    assert sm._prepare(x, -1, sm.OP_SOFTMAX, "online", None).plan.path == "held"
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        y = cuflash.softmax(x, axis=-1)
+        ly = cuflash.log_softmax(x, axis=-1)
+    s.synchronize()
+    for out, f in ((y, scipy.special.softmax), (ly, scipy.special.log_softmax)):
+        _check(out.get(), _ref(f, x64, dtype, axis=-1), _baseline(f, x64, dtype, axis=-1), dtype, n,
+               f"{f.__name__} held public")
