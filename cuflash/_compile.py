@@ -222,9 +222,8 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, what="", cooperative:
                     f"{_what(what, kernel)}: needs {shared_mem} bytes of dynamic + {static} bytes of static shared "
                     f"memory per block, the device allows {limit}")
             _allow_dynamic_smem(kernel, shared_mem)
-    if cooperative:
-        kernel.kernel(grid if isinstance(grid, tuple) else (grid,), block if isinstance(block, tuple) else (block,),
-                      args, shared_mem, None, True)
+    if cooperative:  # CuPy's Function call (the current stream), with its enable_cooperative_groups argument
+        kernel.kernel(tuple(dims), block if isinstance(block, tuple) else (block,), args, shared_mem, None, True)
     else:
         kernel(grid, block, args, shared_mem=shared_mem)
 

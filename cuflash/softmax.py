@@ -247,34 +247,24 @@ def _one_axis(a, ndim):
 _OCC: dict = {}
 
 
-def _held_residency(kernel, threads, smem):
-    """Blocks of the held kernel an SM holds with ``smem`` bytes of dynamic shared memory (the driver's count)."""
-    import cupy
-
-    key = (id(kernel), threads, smem, cupy.cuda.runtime.getDevice())
-    r = _OCC.get(key)
-    if r is None:
-        from cupy_backends.cuda.api import driver
-
-        _compile.allow_dynamic_smem(kernel, smem)
-        r = _OCC[key] = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, smem)
-    return r
-
-
 def _pow2_at_least(v):
     return 1 << max(0, int(math.ceil(v)) - 1).bit_length()
 
 
-def _residency(kernel, threads):
-    """Blocks of ``kernel`` that fit on the whole GPU at once (occupancy x SMs)."""
-    key = (id(kernel), threads)
+def _residency(kernel, threads, smem=0):
+    """Blocks of ``kernel`` that fit on the whole GPU at once (the driver's occupancy x SMs), with ``smem`` bytes of
+    dynamic shared memory a block."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    key = (id(kernel), threads, smem, dev)
     r = _OCC.get(key)
     if r is None:
-        import cupy
         from cupy_backends.cuda.api import driver
 
-        dev = cupy.cuda.runtime.getDevice()
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
+        if smem:
+            _compile.allow_dynamic_smem(kernel, smem)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, smem)
         r = _OCC[key] = max(per_sm, 1) * _compile.sm_count(dev)
     return r
 
@@ -348,8 +338,8 @@ def _held_plan(dtype, rows, n, slots, stream, reduce_only, sms, p, cc):
     """The held split's Plan (``path="held"``), or None for the other paths.
 
     Automatic (softmax/log_softmax, method "online", 16/32-bit types, cc in ``HELD_CC``, rows of at least
-    ``HELD_ROW_BYTES`` and chunks for every resident block, no study knob) with ``HELD_CONFIG``; ``partition={"path": "held"}`` forces it
-    (``config``: one of ``HELD_CONFIGS``). K chunks a row of at most ``HELD_THREADS`` x spt slots, spread evenly;
+    ``HELD_ROW_BYTES`` and chunks for every resident block, no study knob) with ``HELD_CONFIG``;
+    ``partition={"path": "held"}`` forces it (``config``: one of ``HELD_CONFIGS``). K chunks a row of at most ``HELD_THREADS`` x spt slots, spread evenly;
     K must not exceed the resident blocks + 1 (estimated here by ``_held_per_sm``; the launch checks the driver's
     count): longer rows keep the split."""
     forced = p.get("path") == "held"
@@ -517,7 +507,7 @@ def _make_prep(x, axis, op, method, partition, dev):
     if pl.path == "held":  # the planner estimated the resident blocks: the driver's count decides
         held_kernel = _compile.get_kernel(SOURCE, _held_name(ct, pl.copy), CLUSTER_ARCH_OPTIONS)
         held_smem = _held_smem(pl.copy, pl.slots_per_chunk)
-        held_blocks = _held_residency(held_kernel, pl.threads, held_smem) * sms
+        held_blocks = _residency(held_kernel, pl.threads, held_smem)
         if pl.chunks > held_blocks + 1:
             if (partition or {}).get("path") == "held":
                 raise _compile.ConfigurationError(f"softmax_hold: {pl.chunks} chunks a row need {pl.chunks - 1} "

@@ -1105,9 +1105,8 @@ def test_held_blocks_loop_and_longest_rows(dtype, rng, cp, monkeypatch):
     for rows, n in ((2000, 5003), (701, 3 * e - 7), (37, 31 * e + 11), (9, 64 * e)):
         pr = _held_compare(rng.standard_normal((rows, n)) * 6, dtype, {"path": "held"}, cp)
         assert rows * pr.plan.chunks > pr.grid[0], (pr.plan, pr.grid)  # every block takes several chunks
-    g = sm._held_residency(_compile.get_kernel(sm.SOURCE, sm._held_name(_dtypes.CTYPE[np.dtype(dtype)], cfg),
-                                               sm.CLUSTER_ARCH_OPTIONS), sm.HELD_THREADS, sm._held_smem(cfg))
-    g *= _compile.sm_count(cp.cuda.runtime.getDevice())
+    g = sm._residency(_compile.get_kernel(sm.SOURCE, sm._held_name(_dtypes.CTYPE[np.dtype(dtype)], cfg),
+                                          sm.CLUSTER_ARCH_OPTIONS), sm.HELD_THREADS, sm._held_smem(cfg))
     x64 = rng.standard_normal((2, (g + 1) * e)) * 4
     x64[1, -3:] = 30.0  # the row's max in its last chunk
     pr = _held_compare(x64, dtype, {"path": "held"}, cp)
