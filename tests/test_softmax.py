@@ -692,10 +692,11 @@ def _needs_cluster():
         pytest.skip(f"the cluster path needs compute capability >= 9.0 (device: {cc})")
 
 
-def _poisoned(cp, shape, dtype):
-    """An output array whose every byte is 0xFF (NaN in float16, bfloat16 and float32): unwritten entries show."""
+def _poisoned(cp, shape, dtype, byte=0xFF):
+    """An output array whose every byte is ``byte`` (0xFF: NaN in float16, bfloat16 and float32; 0x3C: a finite
+    value, for outputs whose right answer is NaN): unwritten entries show."""
     a = cp.empty(shape, dtype=dtype)
-    a.view(cp.uint8)[...] = 0xFF
+    a.view(cp.uint8)[...] = byte
     return a
 
 
@@ -1052,12 +1053,11 @@ def test_held_kernels_declared_for_sm90_only():
 
 
 def _held_run(x, op, part, cp, poison=0xFF):
-    """One forced held launch on rows of x (last axis) into an output of ``poison`` bytes (0xFF: NaN; 0x3C: a
-    finite value, for rows whose right answer is NaN): the output (CuPy) and the prepared launch."""
+    """One forced held launch on rows of x (last axis) into an output of ``poison`` bytes (_poisoned): the output
+    (CuPy) and the prepared launch."""
     pr = sm._prepare(x, -1, op, "online", part)
     assert pr.plan.path == "held" and pr.plan.copy == tuple(part.get("config", sm.HELD_CONFIG)), pr.plan
-    y = cp.empty(x.shape, dtype=x.dtype)
-    y.view(cp.uint8)[...] = poison
+    y = _poisoned(cp, x.shape, x.dtype, poison)
     sm._exec(pr, x, op, "online", y=y)
     return y, pr
 
