@@ -85,7 +85,7 @@ REGS = {"tmap": (24, 240)}
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
-    ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
+    ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
     ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
