@@ -24,8 +24,9 @@ entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thr
 (2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys the default
 is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
 and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also
-instantiates Br = 192, Bc = 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile; by
-``block_sizes=(192, 64)``, and the default from ``LONG_SEQLEN_K`` keys when nothing is masked). Masking, tails,
+instantiates Br = 192 with Bc = 128 and 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile):
+Bc = 128 is the default from ``WIDE_SEQLEN`` queries and keys (``WIDE_TILES``), Bc = 64 a study tile
+(``block_sizes=(192, 64)``). Masking, tails,
 GQA, lse and the bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128
 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
@@ -206,36 +207,39 @@ SHORT_SEQLEN_K = 4096
 SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128)}
 
 
-# Long unmasked key sequences at head_dim 64: the Br = 192, Bc = 64 tile (three consumer warpgroups) from
-# LONG_SEQLEN_K keys when nothing is masked (not causal, no window). Measured on the H200 against the default tile
-# (experiments/results/fwd_br192_ab_{bfloat16,float16}.json, 6774c3e, same run): 1.02-1.03x at 8K and 16K
-# non-causal, 0.94-0.99x causal there, 0.83-0.92x at 512-4K.
-LONG_SEQLEN_K = 8192
-LONG_TILES = {("tma", 64): (192, 64, 64)}
+# Wide Q tiles at head_dim 64: the Br = 192, Bc = 128 tile (three consumer warpgroups, FA-3's head_dim 64 tile) from
+# WIDE_SEQLEN queries and keys, causal or not. Measured on the H200 against the previous defaults (Br = 64 up to
+# 4K keys, Br = 128 beyond, Br = 192 / Bc = 64 from 8K unmasked keys; experiments/results/logs/
+# fwd_192x128_ab_{bfloat16,float16}_701c241.json, same run, both dtypes): 1.03-1.08x at 2K-4K non-causal, 1.00x at
+# 2K causal, 1.04x at 4K causal, 1.05-1.19x at 8K-16K; 0.96x (non-causal) and 0.87x (causal) at 1K, so shorter
+# sequences keep SHORT_TILES. Both lengths are asked for: a few queries against many keys would leave most of the
+# three warpgroups' rows empty (not measured; the shorter tiles stay there).
+WIDE_SEQLEN = 2048
+WIDE_TILES = {("tma", 64): (192, 128, 64)}
 
 
-def default_tile(variant: str, head_dim: int, seqlen_k: int, unmasked: bool = False) -> tuple[int, int, int]:
-    """The (Br, Bc, pv_n) a call without ``block_sizes`` runs: SHORT_TILES up to SHORT_SEQLEN_K keys, LONG_TILES
-    from LONG_SEQLEN_K keys when ``unmasked`` (no causal mask, no window), else the first of TILES."""
+def default_tile(variant: str, head_dim: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int, int]:
+    """The (Br, Bc, pv_n) a call without ``block_sizes`` runs: WIDE_TILES from WIDE_SEQLEN queries and keys,
+    SHORT_TILES up to SHORT_SEQLEN_K keys, else the first of TILES."""
+    wide = WIDE_TILES.get((variant, head_dim))
+    if wide is not None and min(seqlen_q, seqlen_k) >= WIDE_SEQLEN:
+        return wide
     short = SHORT_TILES.get((variant, head_dim))
     if short is not None and seqlen_k <= SHORT_SEQLEN_K:
         return short
-    long = LONG_TILES.get((variant, head_dim))
-    if long is not None and unmasked and seqlen_k >= LONG_SEQLEN_K:
-        return long
     return TILES[(variant, head_dim)][0]
 
 
 def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int, int]:
-    """(variant, Br, Bc, pv_n) for problem ``p`` (its head_dim, seqlen_k and window (left, right), (-1, -1) when
-    unmasked); validates the choices against the instantiated set."""
+    """(variant, Br, Bc, pv_n) for problem ``p`` (its head_dim, seqlen_q and seqlen_k); validates the choices
+    against the instantiated set."""
     d = kernel_head_dim(p.head_dim)
     var = DEFAULT_VARIANT if variant is None else str(variant)
     if var not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     avail = TILES[(var, d)]
     if block_sizes is None:
-        br, bc, pv0 = default_tile(var, d, p.seqlen_k, tuple(p.window) == (-1, -1))
+        br, bc, pv0 = default_tile(var, d, p.seqlen_q, p.seqlen_k)
     else:
         br, bc = parse_block_sizes(block_sizes)
         pv0 = next((c[2] for c in avail if c[:2] == (br, bc)), None)
@@ -372,7 +376,7 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                                      "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
                 if block_sizes is None:  # the cp.async producer's own default tile
-                    br, bc, pv = default_tile(var, d, Sk)
+                    br, bc, pv = default_tile(var, d, Sq, Sk)
                 elif (br, bc, pv) not in TILES[(var, d)]:  # a tile only the TMA producer instantiates
                     raise ValueError(f"block_sizes (Br={br}, Bc={bc}) is a tile of the TMA variant only, and K or V "
                                      "cannot be described by a tensor map (data not 16-byte aligned, or a zero, "
