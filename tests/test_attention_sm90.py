@@ -226,11 +226,12 @@ def test_kernel_head_dim_and_choices():
         S90.kernel_head_dim(129)
 
     class P:  # the fields choose() reads
-        head_dim, dtype, seqlen_q, seqlen_k, window = 128, np.dtype(BF16), 1024, 1024, (-1, 0)
+        head_dim, dtype, seqlen_q, seqlen_k, window = 128, np.dtype(BF16), 512, 1024, (-1, 0)
 
     assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
-    # head_dim 64: the one-consumer tile up to SHORT_SEQLEN_K keys, Br = 128 beyond
+    # head_dim 64 (fewer than WIDE_SEQLEN queries): the one-consumer tile up to SHORT_SEQLEN_K keys, Br = 128 beyond
     P.head_dim = 64
+    assert P.seqlen_q < S90.WIDE_SEQLEN
     assert S90.choose(P(), variant="tma") == ("tma", 64, 128, 64)
     P.seqlen_k = S90.SHORT_SEQLEN_K + 1
     assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
