@@ -208,12 +208,13 @@ SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128)}
 
 
 # Wide Q tiles at head_dim 64: the Br = 192, Bc = 128 tile (three consumer warpgroups, FA-3's head_dim 64 tile) from
-# WIDE_SEQLEN queries and keys, causal or not. Measured on the H200 against the previous defaults (Br = 64 up to
-# 4K keys, Br = 128 beyond, Br = 192 / Bc = 64 from 8K unmasked keys; experiments/results/logs/
-# fwd_192x128_ab_{bfloat16,float16}_701c241.json, same run, both dtypes): 1.03-1.08x at 2K-4K non-causal, 1.00x at
-# 2K causal, 1.04x at 4K causal, 1.05-1.19x at 8K-16K; 0.96x (non-causal) and 0.87x (causal) at 1K, so shorter
-# sequences keep SHORT_TILES. Both lengths are asked for: a few queries against many keys would leave most of the
-# three warpgroups' rows empty (not measured; the shorter tiles stay there).
+# WIDE_SEQLEN queries and keys, causal or not. Measured on the H200 in same-run A/Bs, both dtypes: against the
+# previous defaults (Br = 64 up to 4K keys, Br = 128 beyond, Br = 192 / Bc = 64 from 8K unmasked keys), before the
+# per-warpgroup tile skip, 1.00-1.19x at 2K-16K (experiments/results/logs/fwd_192x128_ab_*_701c241.json); the skip
+# then 1.00-1.18x (own_tiles_{tree,here}_*.json, 97114c4); against the Br = 64 tile at 1K 1.05x (non-causal) and
+# 1.02x (causal), at 1.5K-2K 1.09-1.12x (logs/fwd_wide_ab_*_efc561b.json; 512-768 keep SHORT_TILES). Both lengths
+# are asked for: a few queries against many keys would leave most of the three warpgroups' rows empty (not
+# measured; the shorter tiles stay there).
 WIDE_SEQLEN = 1024
 WIDE_TILES = {("tma", 64): (192, 128, 64)}
 
