@@ -199,6 +199,16 @@ __device__ __forceinline__ Sm90Work sm90_work_tile(i64 u, int n_q, int heads_q, 
   return w;
 }
 
+// The K/V tiles of work tile w that query rows [wrow0, wrow0 + 64) see: w.n_tiles less the trailing ones past the
+// key bound of the warpgroup's last row (its last row below seqlen_q; none when it has no such row).
+template <int Bc>
+__device__ __forceinline__ int own_tiles(const Sm90Work& w, int wrow0, int seqlen_q, int seqlen_k, int right) {
+  const int last = min(wrow0 + 63, seqlen_q - 1);
+  if (last < wrow0) return 0;
+  const int hi = right < 0 ? seqlen_k : min(seqlen_k, last + (seqlen_k - seqlen_q) + right + 1);
+  return max(0, min(w.n_tiles, (hi + Bc - 1) / Bc - w.j_lo));
+}
+
 #define SM90_KERNEL_PARAMS                                                                                 \
   const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,        \
       float *__restrict__ lse, i64 q_sb, i64 q_sh, i64 q_ss, i64 k_sb, i64 k_sh, i64 k_ss, i64 v_sb, i64 v_sh, \
@@ -431,9 +441,15 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
     for (i64 u = u_first; u < n_work; u += u_step) {
       const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
-      const int n_tiles = wk.n_tiles, j_lo = wk.j_lo, h = wk.h, b = wk.b;
+      const int j_lo = wk.j_lo, h = wk.h, b = wk.b;
       const int wrow0 = wk.q0 + c * 64;
       const int row_a = wrow0 + warp * 16 + (lane >> 2);
+      // The block's K/V tiles cover every row of its Br; this warpgroup's rows may see fewer (causal / right
+      // window: a lower diagonal; rows past seqlen_q: none). Without ping-pong (whose turns need every consumer
+      // to issue for every tile) it computes only its own first n_tiles and, for the trailing ones, waits for
+      // each to land and releases its stage (an arrival before the stage is refilled would count towards the
+      // previous phase). Those tiles are fully masked for its rows: the same bits for finite inputs.
+      const int n_tiles = (!PINGPONG && NWG > 1) ? own_tiles<Bc>(wk, wrow0, seqlen_q, seqlen_k, right) : wk.n_tiles;
       {  // this warpgroup's 64 Q rows (its previous epilogue staged O there: every warp must be done with it)
         if (PERSIST) named_bar_sync(BAR_Q + c, 128);
         const T* qp = q + b * q_sb + h * q_sh;
@@ -537,8 +553,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         fence_regs(o);
         __syncwarp();
         if (lane == 0) mbar_arrive(bar_empty + 8 * lst);
-        g += n_tiles;
       }
+      for (int it = n_tiles; it < wk.n_tiles; ++it) {  // the trailing tiles no row of this warpgroup sees
+        const int gi = g + it;
+        mbar_wait(bar_full + 8 * (gi % STAGES), (gi / STAGES) & 1);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_empty + 8 * (gi % STAGES));
+      }
+      g += wk.n_tiles;
       epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
                                 lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
     }

@@ -21,12 +21,12 @@ non-persistent grid);
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
-(2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys the default
-is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
+(2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys (and
+fewer than ``WIDE_SEQLEN`` queries or keys) the default is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
 and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also
-instantiates Br = 192, Bc = 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile; by
-``block_sizes=(192, 64)``, and the default from ``LONG_SEQLEN_K`` keys when nothing is masked). Masking, tails,
-GQA, lse and the bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128
+instantiates Br = 192 with Bc = 128 and 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile):
+Bc = 128 is the default from ``WIDE_SEQLEN`` queries and keys (``WIDE_TILES``), Bc = 64 a study tile
+(``block_sizes=(192, 64)``). Masking, tails, GQA, lse and the bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128
 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
 in ``cuda_src/cuflash/tma.cuh``.
@@ -85,7 +85,7 @@ REGS = {"tmap": (24, 240)}
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
-    ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
+    ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
     ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
@@ -206,36 +206,40 @@ SHORT_SEQLEN_K = 4096
 SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128)}
 
 
-# Long unmasked key sequences at head_dim 64: the Br = 192, Bc = 64 tile (three consumer warpgroups) from
-# LONG_SEQLEN_K keys when nothing is masked (not causal, no window). Measured on the H200 against the default tile
-# (experiments/results/fwd_br192_ab_{bfloat16,float16}.json, 6774c3e, same run): 1.02-1.03x at 8K and 16K
-# non-causal, 0.94-0.99x causal there, 0.83-0.92x at 512-4K.
-LONG_SEQLEN_K = 8192
-LONG_TILES = {("tma", 64): (192, 64, 64)}
+# Wide Q tiles at head_dim 64: the Br = 192, Bc = 128 tile (three consumer warpgroups, FA-3's head_dim 64 tile) from
+# WIDE_SEQLEN queries and keys, causal or not. Measured on the H200 in same-run A/Bs, both dtypes: against the
+# previous defaults (Br = 64 up to 4K keys, Br = 128 beyond, Br = 192 / Bc = 64 from 8K unmasked keys), before the
+# per-warpgroup tile skip, 1.00-1.19x at 2K-16K (experiments/results/logs/fwd_192x128_ab_*_701c241.json); the skip
+# then 1.00-1.18x (own_tiles_{tree,here}_*.json, 97114c4); against the Br = 64 tile at 1K 1.05x (non-causal) and
+# 1.02x (causal), at 1.5K-2K 1.09-1.12x (logs/fwd_wide_ab_*_efc561b.json; 512-768 keep SHORT_TILES). Both lengths
+# are asked for: a few queries against many keys would leave most of the three warpgroups' rows empty (not
+# measured; the shorter tiles stay there).
+WIDE_SEQLEN = 1024
+WIDE_TILES = {("tma", 64): (192, 128, 64)}
 
 
-def default_tile(variant: str, head_dim: int, seqlen_k: int, unmasked: bool = False) -> tuple[int, int, int]:
-    """The (Br, Bc, pv_n) a call without ``block_sizes`` runs: SHORT_TILES up to SHORT_SEQLEN_K keys, LONG_TILES
-    from LONG_SEQLEN_K keys when ``unmasked`` (no causal mask, no window), else the first of TILES."""
+def default_tile(variant: str, head_dim: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int, int]:
+    """The (Br, Bc, pv_n) a call without ``block_sizes`` runs: WIDE_TILES from WIDE_SEQLEN queries and keys,
+    SHORT_TILES up to SHORT_SEQLEN_K keys, else the first of TILES."""
+    wide = WIDE_TILES.get((variant, head_dim))
+    if wide is not None and min(seqlen_q, seqlen_k) >= WIDE_SEQLEN:
+        return wide
     short = SHORT_TILES.get((variant, head_dim))
     if short is not None and seqlen_k <= SHORT_SEQLEN_K:
         return short
-    long = LONG_TILES.get((variant, head_dim))
-    if long is not None and unmasked and seqlen_k >= LONG_SEQLEN_K:
-        return long
     return TILES[(variant, head_dim)][0]
 
 
 def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int, int]:
-    """(variant, Br, Bc, pv_n) for problem ``p`` (its head_dim, seqlen_k and window (left, right), (-1, -1) when
-    unmasked); validates the choices against the instantiated set."""
+    """(variant, Br, Bc, pv_n) for problem ``p`` (its head_dim, seqlen_q and seqlen_k); validates the choices
+    against the instantiated set."""
     d = kernel_head_dim(p.head_dim)
     var = DEFAULT_VARIANT if variant is None else str(variant)
     if var not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     avail = TILES[(var, d)]
     if block_sizes is None:
-        br, bc, pv0 = default_tile(var, d, p.seqlen_k, tuple(p.window) == (-1, -1))
+        br, bc, pv0 = default_tile(var, d, p.seqlen_q, p.seqlen_k)
     else:
         br, bc = parse_block_sizes(block_sizes)
         pv0 = next((c[2] for c in avail if c[:2] == (br, bc)), None)
@@ -372,7 +376,7 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                                      "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
                 if block_sizes is None:  # the cp.async producer's own default tile
-                    br, bc, pv = default_tile(var, d, Sk)
+                    br, bc, pv = default_tile(var, d, Sq, Sk)
                 elif (br, bc, pv) not in TILES[(var, d)]:  # a tile only the TMA producer instantiates
                     raise ValueError(f"block_sizes (Br={br}, Bc={bc}) is a tile of the TMA variant only, and K or V "
                                      "cannot be described by a tensor map (data not 16-byte aligned, or a zero, "

@@ -165,7 +165,7 @@ def main(argv=None) -> int:
         if dn_ not in a.dtypes or cfg[1] not in a.head_dims:
             continue
         default = cfg[3:] in (S90.TILES[(cfg[2], cfg[1])][0], S90.SHORT_TILES.get((cfg[2], cfg[1])),
-                              S90.LONG_TILES.get((cfg[2], cfg[1])))  # by seqlen_k (and mask)
+                              S90.WIDE_TILES.get((cfg[2], cfg[1])))  # by seqlen_q and seqlen_k
         if (cfg[2] == S90.DEFAULT_VARIANT and default) or (not a.no_variants and (default or a.all_tiles)):
             timed.append(cfg)
     checks = S90.self_check(timed)

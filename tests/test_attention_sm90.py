@@ -80,11 +80,11 @@ def _run_canaries():
     return _CANARY
 
 
-def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_k=0, unmasked=False):
+def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_q=0, seqlen_k=0):
     """Fail (without launching) when the canary of this configuration hung or crashed."""
     d = S90.kernel_head_dim(head_dim)
     if block_sizes is None:
-        br, bc, pv = S90.default_tile(variant, d, seqlen_k, unmasked)
+        br, bc, pv = S90.default_tile(variant, d, seqlen_q, seqlen_k)
     else:
         br, bc = block_sizes
         pv = pv_n if pv_n is not None else next((c[2] for c in S90.TILES[(variant, d)] if c[:2] == (br, bc)), 64)
@@ -99,8 +99,7 @@ def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_k=0, u
 def run(q, k, v, causal=False, scale=None, window=(-1, -1), variant=None, **kw):
     variant = variant or S90.DEFAULT_VARIANT
     p = prepare(q, k, v, causal=causal, softmax_scale=scale, window_size=window)
-    require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"), k.shape[-2],
-            tuple(p.window) == (-1, -1))
+    require(q.dtype, q.shape[-1], variant, kw.get("block_sizes"), kw.get("pv_n"), q.shape[-2], k.shape[-2])
     assert S90.supports(p)
     return S90.forward(p, return_lse=True, variant=variant, **kw)
 
@@ -227,25 +226,28 @@ def test_kernel_head_dim_and_choices():
         S90.kernel_head_dim(129)
 
     class P:  # the fields choose() reads
-        head_dim, dtype, seqlen_k, window = 128, np.dtype(BF16), 1024, (-1, 0)
+        head_dim, dtype, seqlen_q, seqlen_k, window = 128, np.dtype(BF16), 512, 1024, (-1, 0)
 
     assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
-    # head_dim 64: the one-consumer tile up to SHORT_SEQLEN_K keys, Br = 128 beyond
+    # head_dim 64 (fewer than WIDE_SEQLEN queries): the one-consumer tile up to SHORT_SEQLEN_K keys, Br = 128 beyond
     P.head_dim = 64
+    assert P.seqlen_q < S90.WIDE_SEQLEN
     assert S90.choose(P(), variant="tma") == ("tma", 64, 128, 64)
     P.seqlen_k = S90.SHORT_SEQLEN_K + 1
     assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
     assert S90.choose(P(), (64, 128), variant="tma") == ("tma", 64, 128, 64)
-    # ... and Br = 192, Bc = 64 from LONG_SEQLEN_K keys when nothing is masked
-    P.seqlen_k = S90.LONG_SEQLEN_K
-    assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)  # causal
-    P.window = (10, -1)  # a window masks keys too
-    assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
-    P.window = (-1, -1)
-    assert S90.choose(P(), variant="tma") == ("tma", 192, 64, 64)
-    assert S90.choose(P(), variant="ws") == ("ws", 128, 128, 64)
-    P.seqlen_k = S90.LONG_SEQLEN_K - 1
-    assert S90.choose(P(), variant="tma") == ("tma", 128, 128, 64)
+    # ... and Br = 192, Bc = 128 from WIDE_SEQLEN queries and keys, masked or not (the cp.async producer has no such
+    # tile); fewer queries keep the shorter tiles
+    for window in ((-1, 0), (10, -1), (-1, -1)):
+        P.window = window
+        for sq, sk, tile in ((S90.WIDE_SEQLEN, S90.WIDE_SEQLEN, (192, 128, 64)),
+                             (S90.WIDE_SEQLEN - 1, S90.WIDE_SEQLEN, (64, 128, 64)),
+                             (S90.WIDE_SEQLEN, S90.WIDE_SEQLEN - 1, (64, 128, 64)),
+                             (S90.WIDE_SEQLEN - 1, 16384, (128, 128, 64)), (1, 16384, (128, 128, 64))):
+            P.seqlen_q, P.seqlen_k = sq, sk
+            assert S90.choose(P(), variant="tma") == ("tma",) + tile, (window, sq, sk)
+            assert S90.choose(P(), variant="ws")[1:3] == (128, 128)
+    assert S90.choose(P(), (192, 64), variant="tma") == ("tma", 192, 64, 64)
     P.window = (-1, 0)
     P.head_dim, P.seqlen_k = 128, 1024
     assert S90.choose(P(), (128, 128), 128, "simple") == ("simple", 128, 128, 128)
@@ -338,10 +340,10 @@ def test_tails_and_masks(cp, rng, variant, dtype, head_dim, mask, sq, sk):
 @pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
 def test_pin_softmax_changes_only_the_order(cp, rng, monkeypatch, dtype, head_dim, mask):
     """PIN_SOFTMAX (the default: the softmax kept between the two wgmma waits) reorders instructions only: the output
-    and lse bits equal the default kernel's, at tails and with both default tiles of head_dim 64 (seqlen_k up to
-    SHORT_SEQLEN_K and past it); and the reference check passes."""
+    and lse bits equal the default kernel's, at tails and with the default tiles of head_dim 64 (seqlen_k up to
+    SHORT_SEQLEN_K and past it, and the wide tile from WIDE_SEQLEN); and the reference check passes."""
     causal, window = MASKS[mask]
-    for sq, sk in ((113, 203), (1023, 1024), (300, S90.SHORT_SEQLEN_K + 77)):
+    for sq, sk in ((113, 203), (1023, 1024), (300, S90.SHORT_SEQLEN_K + 77), (S90.WIDE_SEQLEN + 5, S90.WIDE_SEQLEN + 77)):
         q = randn(cp, rng, (1, 3, sq, head_dim), dtype)
         k = randn(cp, rng, (1, 3, sk, head_dim), dtype)
         v = randn(cp, rng, (1, 3, sk, head_dim), dtype)
@@ -356,18 +358,20 @@ def test_pin_softmax_changes_only_the_order(cp, rng, monkeypatch, dtype, head_di
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
-def test_default_tile_for_long_unmasked_keys(cp, rng, dtype):
-    """End to end through the default choice: head_dim 64, seqlen_k from LONG_SEQLEN_K (with a tail tile), no mask
-    takes the Br = 192 tile; causal takes the Br = 128 one; both match the float64 reference."""
+def test_default_wide_tile(cp, rng, dtype):
+    """End to end through the default choice: head_dim 64 with WIDE_SEQLEN queries and keys and more (tail tiles on
+    both) takes the Br = 192, Bc = 128 tile, causal or not, and matches the float64 reference; one query fewer
+    takes a shorter tile."""
     if S90.DEFAULT_VARIANT != "tma":
         pytest.skip(f"the default variant is {S90.DEFAULT_VARIANT} ($CUFLASH_SM90_VARIANT)")
-    sk = S90.LONG_SEQLEN_K + 37
-    q = randn(cp, rng, (1, 2, 211, 64), dtype)
-    k = randn(cp, rng, (1, 2, sk, 64), dtype)
-    v = randn(cp, rng, (1, 2, sk, 64), dtype)
-    for causal, tile in ((False, (192, 64, 64)), (True, (128, 128, 64))):
-        assert S90.choose(prepare(q, k, v, causal=causal))[1:] == tile
-        check(q, k, v, causal, what=f"default tile {dtype} causal={causal} {sk} keys")
+    for sq, sk, tile in ((S90.WIDE_SEQLEN + 37, S90.WIDE_SEQLEN + 101, (192, 128, 64)),
+                         (S90.WIDE_SEQLEN - 1, S90.WIDE_SEQLEN + 101, (64, 128, 64))):
+        q = randn(cp, rng, (1, 2, sq, 64), dtype)
+        k = randn(cp, rng, (1, 2, sk, 64), dtype)
+        v = randn(cp, rng, (1, 2, sk, 64), dtype)
+        for causal in (False, True):
+            assert S90.choose(prepare(q, k, v, causal=causal))[1:] == tile
+            check(q, k, v, causal, what=f"default tile {dtype} causal={causal} {sq}x{sk}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
