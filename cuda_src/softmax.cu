@@ -903,13 +903,16 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
   const i64 G = gridDim.x, total = rows * (i64)K;
   const unsigned long long pol = l2_policy(false);  // the copies: nothing reads them from L2 again
 
+  // chunk c's elements in its row (row c / K, starting at x's row pointer + r.first)
+  auto range = [&](i64 c, i64 row) {
+    return chunk_range<VEC>(head_of(x + row * ldx), n, (c - row * K) * (i64)S, S);
+  };
   // 1. copy chunk c (if any) into buffer bi: cp.async of the whole slots, element loads at a row's head and tail
   auto issue = [&](i64 c, int bi) {
     if (c < total) {
       const i64 row = c / K;
-      const T* xr = x + row * ldx;
-      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (c - row * K) * (i64)S, S);
-      const T* xb = xr + r.first;
+      const ChunkRange r = range(c, row);
+      const T* xb = x + row * ldx + r.first;
       uint4* buf = held_raw + bi * S;
 #pragma unroll
       for (int u = 0; u < SPT; ++u) {
@@ -937,9 +940,7 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
     issue(c0 + AHEAD * G, (int)((i + AHEAD) % NB));
     cp_async_wait<AHEAD>();
     if (c0 < total) {  // 2. reduce and publish chunk c0
-      const i64 row = c0 / K;
-      const T* xr = x + row * ldx;
-      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (c0 - row * K) * (i64)S, S);
+      const ChunkRange r = range(c0, c0 / K);
       const Slot<T>* buf = reinterpret_cast<const Slot<T>*>(held_raw + (int)(i % NB) * S);
       Slot<T> v[SPT];
 #pragma unroll
@@ -961,8 +962,7 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
       }
       s = block_state<THREADS>(s, red);
       const OutConst<A> oc = output_const<T>(s, op);
-      const T* xr = x + wrow * ldx;
-      const ChunkRange r = chunk_range<VEC>(head_of(xr), n, (cw - wrow * K) * (i64)S, S);
+      const ChunkRange r = range(cw, wrow);
       T* yb = y + wrow * ldy + r.first;
       const Slot<T>* buf = reinterpret_cast<const Slot<T>*>(held_raw + (int)((i - LAG) % NB) * S);
 #pragma unroll
