@@ -74,7 +74,7 @@ WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
 WS1_PRODUCER_REGS, WS1_CONSUMER_REGS = 24, 232
 # Br = 192 (three consumer warpgroups, no ping-pong; FA-3's head_dim 64 tile): one block of 512 threads per SM,
 # 128 registers a thread at launch; setmaxnreg moves them from the producer (24) to the consumers (160):
-# 128·24 + 384·160 = 64,512 <= 65,536 (Bc = 128 spilled at 160, so Bc = 64)
+# 128·24 + 384·160 = 64,512 <= 65,536 (with Bc = 64 or 128; Bc = 128 spilled 40 bytes at 160 at 04b3ec5, none since)
 WS3_PRODUCER_REGS, WS3_CONSUMER_REGS = 24, 160
 # setmaxnreg budgets (producer, consumer) per variant where they differ at Br = 128: the persistent loop's state
 # needs more consumer registers (224 spilled at d128); its one TMA thread needs few. 128·24 + 256·240 = 168 per

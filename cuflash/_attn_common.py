@@ -70,7 +70,7 @@ def padded_head_dim(d: int) -> int:
 def as_int(v, what: str) -> int:
     """``v`` as a Python int: ints and NumPy integers only (a float, string or bool raises TypeError)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
+        raise TypeError(f"{what} must be an int, got {_short(v)} ({type(v).__name__})")
     return int(v)
 
 
@@ -86,18 +86,27 @@ def as_float(v, what: str) -> float:
     real = isinstance(v, (int, float, np.integer, np.floating)) or (
         isinstance(v, np.generic) and v.dtype == _dtypes.bfloat16)  # ml_dtypes' scalar: not an np.floating
     if not real or isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{what} must be a real number, got {v!r} ({type(v).__name__})")
+        raise TypeError(f"{what} must be a real number, got {_short(v)} ({type(v).__name__})")
     f = float(v)
     if not abs(f) < _F32_OVERFLOW:  # (NaN too)
         raise ValueError(f"{what} must be finite in float32, got {v!r}")
     return f
 
 
+def _short(v) -> str:
+    """``v`` for an error message: an array by its shape and dtype (its repr would copy a device array to the host),
+    anything else by a repr cut at 60 characters."""
+    if hasattr(v, "shape") and hasattr(v, "dtype") and getattr(v, "ndim", 0) > 0:
+        return f"an array of shape {tuple(v.shape)} and dtype {v.dtype}"
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
 def as_bool(v, what: str) -> bool:
     """``v`` as a Python bool: bools, NumPy bools and the ints 0 / 1 only (``causal="no"`` raises TypeError)."""
     if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)):
         return bool(v)
-    raise TypeError(f"{what} must be a bool, got {v!r} ({type(v).__name__})")
+    raise TypeError(f"{what} must be a bool, got {_short(v)} ({type(v).__name__})")
 
 
 def head_dim_text(head_dim: int, padded: int) -> str:

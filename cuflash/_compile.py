@@ -45,6 +45,17 @@ def tree_hash(root, suffixes) -> str:
     return h.hexdigest()[:16]
 
 
+def read_source(source: str) -> str:
+    """The text of ``cuda_src/<source>``; FileNotFoundError naming the fix when the sources are not beside the
+    package (an install that copied cuflash/ alone: the kernels compile at run time from cuda_src/)."""
+    path = SRC_DIR / source
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"cuflash: CUDA source {source!r} not found in {SRC_DIR}: the kernels are compiled at run time from the "
+            "checkout's cuda_src/, so install cuflash from a checkout in editable mode (pip install -e .)")
+    return path.read_text()
+
+
 @functools.lru_cache(maxsize=None)
 def source_hash() -> str:
     """sha256 over every file under cuda_src/ (names and contents), first 16 hex digits."""
@@ -126,7 +137,7 @@ def get_kernel(source: str, name: str, extra_options: tuple[str, ...] = ()):
     k = _KERNELS.get(key)
     if k is not None:
         return k
-    code = (SRC_DIR / source).read_text()
+    code = read_source(source)
     mod = cupy.RawModule(code=code, options=options(extra_options), name_expressions=(name,))
     k = mod.get_function(name)
     _MODULES[key] = mod
@@ -284,7 +295,7 @@ def compile_offline_many(source: str, names, arch: str = "90", extra_options: tu
     """
     from cupy_backends.cuda.libs import nvrtc
 
-    code = (SRC_DIR / source).read_text()
+    code = read_source(source)
     opts = list(options(extra_options)) + ["-ftz=true", "--ptxas-options=-v"]
     if not any(o.startswith(("--gpu-architecture", "-arch")) for o in opts):
         opts.append(f"--gpu-architecture=sm_{arch}")

@@ -27,6 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _compile, _dtypes
+from ._attn_common import as_bool, as_float
 from . import numerics as _numerics  # noqa: F401  (declares the reduction-study kernels at import)
 
 SOURCE = "amp.cu"
@@ -128,9 +129,12 @@ def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
     ------
     TypeError : a gradient or ``found_inf`` not a CuPy array; a gradient not float32/float16/bfloat16.
     ValueError : a non-empty gradient that is not C-contiguous; ``found_inf`` not int32 or not of one element
-        (a wrong dtype is a ValueError here). All before any launch.
+        (a wrong dtype is a ValueError here); ``inv_scale`` NaN, infinite or beyond float32's range. All before
+        any launch (``inv_scale`` not a real number or ``write`` not a bool: TypeError).
     """
     cupy = _cupy()
+    inv = np.float32(as_float(inv_scale, "inv_scale"))
+    write = as_bool(write, "write")
     grads = _check_grad_list(grads)
     if found_inf is None:
         found_inf = cupy.zeros((), dtype=np.int32)
@@ -139,7 +143,6 @@ def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
         if found_inf.dtype != np.int32 or found_inf.size != 1:
             raise ValueError(f"found_inf must be a 1-element int32 CuPy array, got {found_inf.dtype} "
                              f"shape {found_inf.shape}")
-    inv = np.float32(inv_scale)
     groups: dict = {}
     for g in grads:
         if g.size:
@@ -157,7 +160,13 @@ def check_finite(grads, found_inf=None):
     """Flag (device int32, 1 = found) any inf/NaN in a list of tensors without modifying them.
 
     :func:`unscale_and_check` with ``inv_scale=1`` and ``write=False`` (the overflow check of Micikevicius et
-    al. 2018, Sec. 3.2, for fused steps that unscale themselves): same arguments, flag and errors.
+    al. 2018, Sec. 3.2, for fused steps that unscale themselves): same arguments and flag.
+
+    Raises
+    ------
+    TypeError : a tensor or ``found_inf`` not a CuPy array; a tensor not float32/float16/bfloat16.
+    ValueError : a non-empty tensor that is not C-contiguous; ``found_inf`` not int32 or not of one element. All
+        before any launch.
     """
     return unscale_and_check(grads, 1.0, found_inf, write=False)
 
@@ -194,6 +203,23 @@ def _skip_arg(found_inf):
     return found_inf
 
 
+def _hyper(v, what: str, lo: float | None = 0.0, below: float | None = None) -> float:
+    """A hyper-parameter as a float finite in float32 (TypeError for a non-number), with torch.optim's range checks
+    (ValueError): ``v >= lo`` and, when ``below`` is given, ``v < below``."""
+    f = as_float(v, what)
+    if (lo is not None and f < lo) or (below is not None and f >= below):
+        rng = f"[{lo}, {below})" if below is not None else f">= {lo}"
+        raise ValueError(f"{what} must be {rng}, got {f}")
+    return f
+
+
+def _betas(betas) -> tuple[float, float]:
+    """Adam's (beta1, beta2), each in [0, 1) (torch.optim.AdamW's check)."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise TypeError(f"betas must be a pair (beta1, beta2), got {type(betas).__name__}")
+    return _hyper(betas[0], "betas[0]", 0.0, 1.0), _hyper(betas[1], "betas[1]", 0.0, 1.0)
+
+
 def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.9, dampening=0.0,
                       weight_decay=0.0, nesterov=False, first_step=False, inv_scale=1.0, found_inf=None):
     """One fused SGD-with-momentum step on float32 master weights (torch.optim.SGD semantics), in place.
@@ -215,11 +241,17 @@ def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.
             grad not float32/float16/bfloat16; model not float16/bfloat16/float32.
         ValueError: an array of another shape than master; a non-empty array that is not C-contiguous;
             ``nesterov`` with ``momentum <= 0`` or ``dampening != 0``; ``found_inf`` not int32 or not of one
-            element. All before any launch.
+            element; ``lr``, ``momentum`` or ``weight_decay`` negative (torch.optim.SGD's checks); a scalar NaN,
+            infinite or beyond float32's range. All before any launch (a scalar that is not a real number, or
+            ``nesterov`` / ``first_step`` not a bool: TypeError).
     """
-    _check_param_set(master, grad, [("momentum_buf", momentum_buf)], model)
+    lr, momentum = _hyper(lr, "lr"), _hyper(momentum, "momentum")
+    dampening, weight_decay = _hyper(dampening, "dampening", None), _hyper(weight_decay, "weight_decay")
+    inv_scale = _hyper(inv_scale, "inv_scale", None)
+    nesterov, first_step = as_bool(nesterov, "nesterov"), as_bool(first_step, "first_step")
     if nesterov and (momentum <= 0 or dampening != 0):
         raise ValueError("Nesterov momentum requires momentum > 0 and dampening == 0")
+    _check_param_set(master, grad, [("momentum_buf", momentum_buf)], model)
     skip = _skip_arg(found_inf)
     if master.size == 0:
         return master
@@ -236,12 +268,15 @@ def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.
 def adamw_bias_corrections(step: int, betas=(0.9, 0.999)) -> tuple[float, float]:
     """(1 - beta1^step, sqrt(1 - beta2^step)) computed in float64 on the host (step counts from 1).
 
-    Adam's bias corrections (Kingma & Ba 2015, Algorithm 1), as :func:`adamw_step` uses them. Raises
-    ValueError when ``step < 1``.
+    Adam's bias corrections (Kingma & Ba 2015, Algorithm 1), as :func:`adamw_step` uses them; ``betas`` = (beta1,
+    beta2), each in [0, 1). Raises TypeError when ``step`` is not an integer or ``betas`` not a pair of real
+    numbers, ValueError when ``step < 1`` or a beta is outside [0, 1).
     """
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
+        raise TypeError(f"step must be an integer, got {step!r} ({type(step).__name__})")
     if step < 1:
         raise ValueError(f"AdamW step count starts at 1, got {step}")
-    b1, b2 = betas
+    b1, b2 = _betas(betas)
     return 1.0 - b1 ** step, math.sqrt(1.0 - b2 ** step)
 
 
@@ -260,10 +295,16 @@ def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas
         TypeError: an array argument (or ``found_inf``) not a CuPy array; master, exp_avg or exp_avg_sq not
             float32; grad not float32/float16/bfloat16; model not float16/bfloat16/float32.
         ValueError: an array of another shape than master; a non-empty array that is not C-contiguous;
-            ``step < 1``; ``found_inf`` not int32 or not of one element. All before any launch.
+            ``step < 1``; ``found_inf`` not int32 or not of one element; ``lr``, ``eps`` or ``weight_decay``
+            negative or a beta outside [0, 1) (torch.optim.AdamW's checks); a scalar NaN, infinite or beyond
+            float32's range. All before any launch (``step`` not an integer, ``betas`` not a pair or a scalar not
+            a real number: TypeError).
     """
+    bc1, bc2s = adamw_bias_corrections(step, betas)
+    betas = _betas(betas)
+    lr, eps, weight_decay = _hyper(lr, "lr"), _hyper(eps, "eps"), _hyper(weight_decay, "weight_decay")
+    inv_scale = _hyper(inv_scale, "inv_scale", None)
     _check_param_set(master, grad, [("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)], model)
-    bc1, bc2s = adamw_bias_corrections(int(step), betas)
     skip = _skip_arg(found_inf)
     if master.size == 0:
         return master

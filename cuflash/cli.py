@@ -45,6 +45,7 @@ def _run_script(name: str, argv: list[str]) -> int:
         return 2
     spec = importlib.util.spec_from_file_location(f"cuflash_experiment_{name}", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # importable by name: a script's worker processes unpickle its functions
     sys.argv = [str(path)] + argv
     spec.loader.exec_module(mod)
     rc = mod.main(argv) if hasattr(mod, "main") else 0

@@ -34,6 +34,8 @@ path            when                                                        HBM 
                 ``naive`` methods: partial states, then a second launch
 ==============  ==========================================================  =============================
 
+``partition`` below is a study knob of the internal entry points (``_softmax_impl``, ``_reduce_impl``; the
+experiment scripts use it), not an argument of the public functions.
 The ``held`` path (softmax/log_softmax only) is forced by ``partition={"path": "held"}`` (``config``: one of
 ``HELD_CONFIGS``) and left out by ``partition={"held": 0}``.
 The ``cluster`` path is chosen automatically for softmax/log_softmax only (lse and the state take it when

@@ -113,6 +113,9 @@ def build_many(entries, outdir, jobs=2):
 
 
 def main(argv):
+    if not argv or argv[0].startswith("-"):
+        print(__doc__)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
     outdir = argv[0]
     jobs = int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else os.cpu_count()
     match = argv[argv.index("--match") + 1] if "--match" in argv else None

@@ -84,6 +84,35 @@ def test_bias_corrections():
         amp.adamw_bias_corrections(0)
 
 
+@pytest.mark.parametrize("call,exc,match", [
+    # torch.optim's range checks and non-numbers, caught before the arrays are even looked at (so no GPU needed)
+    (lambda a: amp.unscale_and_check(a[:1], None), TypeError, "inv_scale"),
+    (lambda a: amp.unscale_and_check(a[:1], float("nan")), ValueError, "inv_scale"),
+    (lambda a: amp.unscale_and_check(a[:1], 1e39), ValueError, "inv_scale"),
+    (lambda a: amp.unscale_and_check(a[:1], "0.5"), TypeError, "inv_scale"),
+    (lambda a: amp.unscale_and_check(a[:1], 0.5, write="no"), TypeError, "write"),
+    (lambda a: amp.sgd_momentum_step(*a, lr=None), TypeError, "lr"),
+    (lambda a: amp.sgd_momentum_step(*a, lr=-0.1), ValueError, "lr"),
+    (lambda a: amp.sgd_momentum_step(*a, lr=0.1, momentum=-0.9), ValueError, "momentum"),
+    (lambda a: amp.sgd_momentum_step(*a, lr=0.1, weight_decay=-1e-2), ValueError, "weight_decay"),
+    (lambda a: amp.sgd_momentum_step(*a, lr=0.1, inv_scale=float("inf")), ValueError, "inv_scale"),
+    (lambda a: amp.sgd_momentum_step(*a, lr=0.1, nesterov="yes"), TypeError, "nesterov"),
+    (lambda a: amp.sgd_momentum_step(*a, lr=0.1, momentum=0.0, nesterov=True), ValueError, "Nesterov"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=None, step=1), TypeError, "lr"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=1e-3, step=1, eps=-1e-8), ValueError, "eps"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=1e-3, step=1, betas=(1.0, 0.999)), ValueError, "betas"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=1e-3, step=1, betas=(0.9, -0.1)), ValueError, "betas"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=1e-3, step=1, betas=0.9), TypeError, "betas"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=1e-3, step=1.5), TypeError, "step"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=1e-3, step=0), ValueError, "step"),
+    (lambda a: amp.adamw_step(*a, a[0], lr=1e-3, step=1, weight_decay=float("nan")), ValueError, "weight_decay"),
+])
+def test_bad_hyperparameters_raise_before_launch(call, exc, match):
+    a = [np.ones(3, np.float32) for _ in range(3)]  # host arrays: the scalar errors come first
+    with pytest.raises(exc, match=match):
+        call(a)
+
+
 def test_host_arrays_are_rejected():
     with pytest.raises(TypeError, match="CuPy"):
         amp.unscale_and_check([np.ones(3, np.float32)], 0.5)
