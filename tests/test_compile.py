@@ -104,3 +104,24 @@ def test_header_edit_changes_the_cache_key(tmp_path, monkeypatch):
     b = _compile.options()
     _compile.source_hash.cache_clear()
     assert a != b
+
+
+def test_missing_sources_name_the_editable_install(tmp_path, monkeypatch):
+    """An install without cuda_src/ beside the package fails on the first compile with a message saying why."""
+    monkeypatch.setattr(_compile, "SRC_DIR", tmp_path / "cuda_src")
+    with pytest.raises(FileNotFoundError, match="pip install -e"):
+        _compile.read_source("softmax.cu")
+
+
+def test_scalar_errors_describe_arrays_by_shape():
+    """A (device) array passed where a number is expected is named by shape and dtype, not printed (its repr
+    would copy it to the host)."""
+    import numpy as np
+
+    from cuflash._attn_common import as_bool, as_float, as_int
+
+    a = np.arange(12.0).reshape(3, 4)
+    for fn in (as_float, as_int, as_bool):
+        with pytest.raises(TypeError, match=r"shape \(3, 4\) and dtype float64") as e:
+            fn(a, "eps")
+        assert "11." not in str(e.value)
