@@ -22,11 +22,12 @@ non-persistent grid);
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
 (2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys (and
-fewer than ``WIDE_SEQLEN`` queries or keys) the default is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong, two blocks per SM so that one block's prologue
-and epilogue overlap the other's tile loop), and at head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also
-instantiates Br = 192 with Bc = 128 and 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64 tile):
-Bc = 128 is the default from ``WIDE_SEQLEN`` queries and keys (``WIDE_TILES``), Bc = 64 a study tile
-(``block_sizes=(192, 64)``). Masking, tails, GQA, lse and the bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128
+fewer than ``WIDE_SEQLEN`` queries or keys) the default is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no
+ping-pong, two blocks per SM so that one block's prologue and epilogue overlap the other's tile loop), and at
+head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also instantiates Br = 192 with Bc = 128 and 64 (three consumer
+warpgroups without ping-pong, FA-3's head_dim 64 tile): Bc = 128 is the default from ``WIDE_SEQLEN`` queries and
+keys (``WIDE_TILES``), Bc = 64 a study tile (``block_sizes=(192, 64)``). Masking, tails, GQA, lse and the
+bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128
 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
 in ``cuda_src/cuflash/tma.cuh``.
@@ -85,7 +86,8 @@ REGS = {"tmap": (24, 240)}
 # O += P·V wgmma: 64 (one 128-byte swizzle atom of V per wgmma) or head_dim (LBO = distance between the
 # 64-column blocks of V).
 TILES = {
-    ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)], ("tma", 128): [(128, 128, 64), (128, 128, 128)],
+    ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)],
+    ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
     ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],

@@ -300,8 +300,8 @@ def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas
             float32's range. All before any launch (``step`` not an integer, ``betas`` not a pair or a scalar not
             a real number: TypeError).
     """
-    bc1, bc2s = adamw_bias_corrections(step, betas)
-    betas = _betas(betas)
+    bc1, bc2s = adamw_bias_corrections(step, betas)  # (validates step and betas)
+    b1, b2 = float(betas[0]), float(betas[1])
     lr, eps, weight_decay = _hyper(lr, "lr"), _hyper(eps, "eps"), _hyper(weight_decay, "weight_decay")
     inv_scale = _hyper(inv_scale, "inv_scale", None)
     _check_param_set(master, grad, [("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)], model)
@@ -313,8 +313,8 @@ def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas
     n = master.size
     _compile.launch(k, (_grid(n),), (_BLOCK,),
                     (grad, master, exp_avg, exp_avg_sq, model if model is not None else _NULL, np.int64(n),
-                     np.float32(lr), np.float32(betas[0]), np.float32(betas[1]), np.float32(1.0 - betas[0]),
-                     np.float32(1.0 - betas[1]), np.float32(eps),
+                     np.float32(lr), np.float32(b1), np.float32(b2), np.float32(1.0 - b1), np.float32(1.0 - b2),
+                     np.float32(eps),
                      np.float32(weight_decay), np.float32(bc1), np.float32(bc2s), np.float32(inv_scale), skip))
     return master
 
