@@ -24,7 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-SRC_DIR = Path(__file__).resolve().parent.parent / "cuda_src"
+# The CUDA sources: cuflash/cuda_src/ in a wheel or non-editable install (setup.py copies them there), else the
+# checkout's cuda_src/ beside the package (editable install, or the repository on PYTHONPATH).
+_PACKAGED_SRC = Path(__file__).resolve().parent / "cuda_src"
+SRC_DIR = _PACKAGED_SRC if _PACKAGED_SRC.is_dir() else Path(__file__).resolve().parent.parent / "cuda_src"
 
 # Options every kernel is built with (CuPy itself adds -ftz=true at run time; compile_offline adds it too).
 BASE_OPTIONS = ("-std=c++17",)
@@ -51,8 +54,9 @@ def read_source(source: str) -> str:
     path = SRC_DIR / source
     if not path.is_file():
         raise FileNotFoundError(
-            f"cuflash: CUDA source {source!r} not found in {SRC_DIR}: the kernels are compiled at run time from the "
-            "checkout's cuda_src/, so install cuflash from a checkout in editable mode (pip install -e .)")
+            f"cuflash: CUDA source {source!r} not found in {SRC_DIR}: the kernels are compiled at run time from "
+            "cuda_src/, which a wheel carries as cuflash/cuda_src/ and an editable install (pip install -e .) reads "
+            "from the checkout; reinstall from a checkout")
     return path.read_text()
 
 
