@@ -37,7 +37,9 @@ def _list_scripts(file=None) -> None:
               "(pip install -e .)", file=file)
 
 
-def _run_script(name: str, argv: list[str]) -> int:
+def _run_script(name: str, argv: list[str], prog: str | None = None) -> int:
+    """Run experiments/<name>.py's main with ``argv``; ``prog``: the command line it was called by (its usage
+    line says ``cuflash run NAME`` or ``cuflash COMMAND`` instead of the script's file name)."""
     path = ROOT / "experiments" / f"{name}.py"
     if not path.is_file():
         print(f"cuflash: no experiment script {name!r}", file=sys.stderr)
@@ -46,7 +48,7 @@ def _run_script(name: str, argv: list[str]) -> int:
     spec = importlib.util.spec_from_file_location(f"cuflash_experiment_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # importable by name: a script's worker processes unpickle its functions
-    sys.argv = [str(path)] + argv
+    sys.argv = [prog or f"cuflash run {name}"] + argv  # argparse's prog (the scripts find files by __file__)
     spec.loader.exec_module(mod)
     rc = mod.main(argv) if hasattr(mod, "main") else 0
     return int(rc or 0)
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return _run_script(rest[0], rest[1:])
     if cmd in COMMANDS:
-        return _run_script(COMMANDS[cmd], rest)
+        return _run_script(COMMANDS[cmd], rest, f"cuflash {cmd}")
     print(f"cuflash: unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
     return 2
 
