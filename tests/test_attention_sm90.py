@@ -380,17 +380,17 @@ def test_default_wide_tile(cp, rng, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
 def test_tails_and_masks_every_default_variant_tile(cp, rng, dtype, mask, sq, sk):
-    """Every tile of the default variant at head_dim 64 (Br = 128 with two consumer warpgroups, Br = 64 with one
-    and two blocks per SM, the default picking by seqlen_k; Br = 192, Bc = 64 with three) on every tail shape and
-    mask."""
+    """Every tile of the default variant on every tail shape and mask: at head_dim 64 Br = 128 with two consumer
+    warpgroups, Br = 64 with one and two blocks per SM, Br = 192 (Bc = 64 and 128) with three; at head_dim 128
+    Br = 128, Bc = 128 with pv_n 64 and 128."""
     for (dt, d, var, br, bc, pv) in S90.configurations():
-        if d != 64 or dt != dtype or var != S90.DEFAULT_VARIANT:
+        if dt != dtype or var != S90.DEFAULT_VARIANT:
             continue
         causal, window = MASKS[mask]
         q = randn(cp, rng, (2, 3, sq, d), dtype)
         k = randn(cp, rng, (2, 3, sk, d), dtype)
         v = randn(cp, rng, (2, 3, sk, d), dtype)
-        check(q, k, v, causal, None, window, what=f"Br64 {dtype} d{d} {mask} {sq}x{sk}", variant=var,
+        check(q, k, v, causal, None, window, what=f"Br{br} Bc{bc} {dtype} d{d} {mask} {sq}x{sk}", variant=var,
               block_sizes=(br, bc), pv_n=pv)
 
 
