@@ -183,7 +183,7 @@ def max_active_clusters(kernel, cluster: int, block: int, shared_mem: int):
     this can be less than SMs // cluster). None when the driver cannot say (no libcuda, an older driver)."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
-        _allow_dynamic_smem(kernel, shared_mem)  # the query, like a launch, needs the raised limit
+        allow_dynamic_smem(kernel, shared_mem)  # the query, like a launch, needs the raised limit
         cfg = _LaunchConfig(cluster, 1, 1, block, 1, 1, shared_mem, None, None, 0)
         n = ctypes.c_int(0)
         rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(kernel.kernel.ptr), ctypes.byref(cfg))
@@ -236,16 +236,11 @@ def launch(kernel, grid, block, args, shared_mem: int = 0, what="", cooperative:
                 raise ConfigurationError(
                     f"{_what(what, kernel)}: needs {shared_mem} bytes of dynamic + {static} bytes of static shared "
                     f"memory per block, the device allows {limit}")
-            _allow_dynamic_smem(kernel, shared_mem)
+            allow_dynamic_smem(kernel, shared_mem)
     if cooperative:  # CuPy's Function call (the current stream), with its enable_cooperative_groups argument
         kernel.kernel(tuple(dims), block if isinstance(block, tuple) else (block,), args, shared_mem, None, True)
     else:
         kernel(grid, block, args, shared_mem=shared_mem)
-
-
-def allow_dynamic_smem(kernel, shared_mem: int) -> None:
-    """Raise ``kernel``'s dynamic shared-memory limit to ``shared_mem`` when it needs more than the default."""
-    _allow_dynamic_smem(kernel, shared_mem)
 
 
 def _what(what, kernel) -> str:
@@ -254,7 +249,7 @@ def _what(what, kernel) -> str:
     return what or kernel.name
 
 
-def _allow_dynamic_smem(kernel, shared_mem: int) -> None:
+def allow_dynamic_smem(kernel, shared_mem: int) -> None:
     """Raise ``kernel``'s dynamic shared-memory limit to ``shared_mem`` where static + dynamic exceed the 48 KiB
     default (``cudaFuncAttributeMaxDynamicSharedMemorySize``); the device's opt-in limit is the caller's check."""
     if shared_mem + _static_smem(kernel) > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_mem:
