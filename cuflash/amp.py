@@ -27,7 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import as_bool, as_float
+from ._attn_common import as_bool, as_float, as_int
 from . import numerics as _numerics  # noqa: F401  (declares the reduction-study kernels at import)
 
 SOURCE = "amp.cu"
@@ -272,8 +272,7 @@ def adamw_bias_corrections(step: int, betas=(0.9, 0.999)) -> tuple[float, float]
     beta2), each in [0, 1). Raises TypeError when ``step`` is not an integer or ``betas`` not a pair of real
     numbers, ValueError when ``step < 1`` or a beta is outside [0, 1).
     """
-    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
-        raise TypeError(f"step must be an integer, got {step!r} ({type(step).__name__})")
+    step = as_int(step, "step")
     if step < 1:
         raise ValueError(f"AdamW step count starts at 1, got {step}")
     b1, b2 = _betas(betas)
