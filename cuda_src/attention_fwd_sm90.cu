@@ -167,6 +167,37 @@ __device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const floa
   }
 }
 
+// Epilogue without shared memory (the persistent kernel, whose Q region is refilled for the next work tile
+// meanwhile): O / l stored from the accumulator registers, two columns (4 bytes) a store; lse as epilogue().
+template <typename T, int NPV, int OREG>
+__device__ __forceinline__ void epilogue_direct(const float (&o)[NPV][OREG], const float (&l)[2], const float (&m2)[2],
+                                                T* op, i64 o_ss, float* lp, int wrow0, int warp, int lane,
+                                                int seqlen_q) {
+  constexpr int PVN = OREG * 2;
+  const int g = lane >> 2, t = lane & 3;
+  float inv[2];
+  int row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lt = l[r];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[r] = lt > 0.f ? 1.f / lt : 0.f;
+    row[r] = wrow0 + warp * 16 + g + 8 * r;
+    if (t == 0 && row[r] < seqlen_q) lp[row[r]] = lt == 0.f ? -INFINITY : (m2[r] + log2f(lt)) * 0.69314718055994531f;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= seqlen_q) continue;
+    unsigned* dst = reinterpret_cast<unsigned*>(op + (i64)row[r] * o_ss + 2 * t);
+#pragma unroll
+    for (int n = 0; n < NPV; ++n)
+#pragma unroll
+      for (int i = 0; i < OREG / 4; ++i)
+        dst[(n * PVN + i * 8) / 2] = pack2<T>(o[n][4 * i + 2 * r] * inv[r], o[n][4 * i + 2 * r + 1] * inv[r]);
+  }
+}
+
 // One work tile: query rows [q0, q0 + Br) of head h of batch b, and the K/V tiles [j_lo, j_lo + n_tiles) of Bc
 // keys its mask leaves visible. PERSIST: work index u of the list ordered by Q tile (longest causal tile first)
 // within a head, then head, then batch, as the hardware starts the blocks of the non-persistent grid: the blocks
@@ -333,7 +364,7 @@ template <typename T, int HEAD_DIM, int NWG, int Bc, int PVN, int STAGES, bool P
           int CONSUMER_REGS, bool TMA, bool PERSIST>
 __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     attention_fwd_sm90_ws(SM90_KERNEL_PARAMS, const __grid_constant__ TmaMap tmap_k,
-                          const __grid_constant__ TmaMap tmap_v, int batch) {
+                          const __grid_constant__ TmaMap tmap_v, const __grid_constant__ TmaMap tmap_q, int batch) {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head_dim 64 or 128");
   static_assert(Bc == 64 || Bc == 128, "Bc 64 or 128");
   static_assert(PVN == 64 || PVN == HEAD_DIM, "PVN");
@@ -351,6 +382,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const unsigned sQ = sbase, sK = sQ + Q_BYTES, sV = sK + STAGES * KV_BYTES;
   const unsigned bar_full = sV + STAGES * KV_BYTES, bar_empty = bar_full + 8 * STAGES;  // + 8 * stage
+  // PERSIST: the Q tile's pair (loaded by the producer, released by the consumers after their last S); then the
+  // pinning slots
+  const unsigned bar_qfull = bar_empty + 8 * STAGES, bar_qempty = bar_qfull + 8;
+  const unsigned pin_slots = bar_qfull + (PERSIST ? 16 : 0);
   unsigned char* const sgen = smem_raw + (sbase - smem_u32(smem_raw));
 
   const int tid = threadIdx.x, wg = tid >> 7;
@@ -361,6 +396,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bar_full + 8 * s, TMA ? 1 : 128);  // TMA: one arrival + the bytes; else one per producer thread
       mbar_init(bar_empty + 8 * s, NWG * 4);  // one arrival per consumer warp
+    }
+    if (PERSIST) {
+      mbar_init(bar_qfull, 1);
+      mbar_init(bar_qempty, NWG * 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -378,10 +417,17 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       // One thread: wait for the consumers to free a stage, announce its bytes, issue the copies. g counts the
       // K/V tiles of every work tile of this block (stage g % STAGES, its (g / STAGES)-th use).
       if (tid == 0) {
-        int g = 0;
-        for (i64 u = u_first; u < n_work; u += u_step) {
+        int g = 0, w = 0;
+        for (i64 u = u_first; u < n_work; u += u_step, ++w) {
           const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
           const int hk = wk.h / group;
+          if (PERSIST) {  // this work tile's Q once the consumers are done with the previous one's
+            if (w > 0) mbar_wait(bar_qempty, (w - 1) & 1);
+            mbar_arrive_expect_tx(bar_qfull, Q_BYTES);
+#pragma unroll
+            for (int blk = 0; blk < HEAD_DIM / 64; ++blk)
+              tma_load_4d(sQ + blk * (Br * 128), &tmap_q, blk * 64, wk.q0, wk.h, wk.b, bar_qfull);
+          }
           for (int it = 0; it < wk.n_tiles; ++it, ++g) {
             const int st = g % STAGES, k0 = (wk.j_lo + it) * Bc;
             if (g >= STAGES) mbar_wait(bar_empty + 8 * st, ((g / STAGES) - 1) & 1);
@@ -439,7 +485,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     const int c = __shfl_sync(0xffffffffu, wg - 1, 0);
     const unsigned sQw = sQ + c * 64 * 128;
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
-    for (i64 u = u_first; u < n_work; u += u_step) {
+    int w = 0;  // work tiles of this block so far (PERSIST: the phase of the Q barriers)
+    for (i64 u = u_first; u < n_work; u += u_step, ++w) {
       const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
       const int j_lo = wk.j_lo, h = wk.h, b = wk.b;
       const int wrow0 = wk.q0 + c * 64;
@@ -450,8 +497,16 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       // each to land and releases its stage (an arrival before the stage is refilled would count towards the
       // previous phase). Those tiles are fully masked for its rows: the same bits for finite inputs.
       const int n_tiles = (!PINGPONG && NWG > 1) ? own_tiles<Bc>(wk, wrow0, seqlen_q, seqlen_k, right) : wk.n_tiles;
-      {  // this warpgroup's 64 Q rows (its previous epilogue staged O there: every warp must be done with it)
-        if (PERSIST) named_bar_sync(BAR_Q + c, 128);
+      // PERSIST: the producer loaded Q (TMA); each warp releases it after its warpgroup's last S (release_q)
+      auto release_q = [&]() {
+        if constexpr (PERSIST) {
+          __syncwarp();
+          if (lane == 0) mbar_arrive(bar_qempty);
+        }
+      };
+      if (PERSIST) {
+        mbar_wait(bar_qfull, w & 1);
+      } else {  // this warpgroup's 64 Q rows
         const T* qp = q + b * q_sb + h * q_sh;
         load_tile_sw128<T, HEAD_DIM, 64, 128, Br>(sQw, qp, q_ss, wrow0, seqlen_q, tid & 127);
         cp_async_commit();
@@ -495,6 +550,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         turn_pass(false);
         wgmma_wait<0>();
         fence_regs(s);
+        if (n_tiles == 1) release_q();
         softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(j_lo * Bc, wrow0, seqlen_k, shift, left, right),
                          j_lo * Bc, row_a, t, seqlen_k, shift, left, right, scale_log2);
         pack_p<T, Bc>(pa, s);
@@ -516,6 +572,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           turn_pass(false);
           wgmma_wait<1>();  // S_it done (P V still in flight)
           fence_regs(s);
+          if (it == n_tiles - 1) release_q();
           softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(k0, wrow0, seqlen_k, shift, left, right), k0,
                            row_a, t, seqlen_k, shift, left, right, scale_log2);
           fence_regs(s);    // keep the softmax above the wait (it overlaps the P V wgmma in flight)
@@ -527,7 +584,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           // warp after the mbarriers, never read) keeps the softmax between the two waits, overlapping the P V
           // wgmma (experiments/scratch/sass_order.py; 0-3 % faster on the H200, logs/fwd_pin_ab_0b7d0ea.json).
           if (lane == 0)
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(bar_empty + 8 * STAGES + 4 * (4 * c + warp)),
+            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(pin_slots + 4 * (4 * c + warp)),
                          "f"(l[0] + l[1])
                          : "memory");
 #endif
@@ -561,8 +618,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         if (lane == 0) mbar_arrive(bar_empty + 8 * (gi % STAGES));
       }
       g += wk.n_tiles;
-      epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
-                                lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
+      if constexpr (PERSIST) {
+        if (n_tiles == 0) release_q();
+        epilogue_direct<T>(o, l, m2, out + b * o_sb + h * o_sh, o_ss, lse + ((i64)b * heads_q + h) * seqlen_q,
+                           wrow0, warp, lane, seqlen_q);
+      } else {
+        epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
+                                  lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
+      }
     }
   }
 }

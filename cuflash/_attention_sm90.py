@@ -89,7 +89,7 @@ TILES = {
     ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)],
     ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
-    ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64)],
+    ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -135,7 +135,9 @@ def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False)
     slot per consumer warp when ``pin``)."""
     if variant == "simple":
         return 2 * head_dim * (Br + 4 * Bc) + 1024
-    return 2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES + (16 * (Br // 64) if pin else 0)
+    q_bars = 16 if variant in PERSISTENT else 0  # the persistent kernel's Q full / empty pair
+    return (2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES + q_bars
+            + (16 * (Br // 64) if pin else 0))
 
 
 def threads(variant: str, Br: int) -> int:
@@ -205,7 +207,7 @@ def kernel_head_dim(head_dim: int) -> int:
 # Bc = 64 two-stage tile (two blocks per SM) was up to 32 % slower (equal only at 512 causal)
 # (experiments/results/logs/sm90_d128_ab_ebe4978.json, bfloat16, same run).
 SHORT_SEQLEN_K = 4096
-SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128)}
+SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128), ("tmap", 128): (128, 128, 128)}
 
 
 # Wide Q tiles at head_dim 64: the Br = 192, Bc = 128 tile (three consumer warpgroups, FA-3's head_dim 64 tile) from
@@ -368,13 +370,15 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
             np.float32(scale * LOG2E), np.int32(left), np.int32(right))
     if var != "simple":
         maps = None
-        if var in ("tma", "tmap") and Sk == 0:  # no key: no tile is ever loaded
-            maps = (_ZERO_MAP, _ZERO_MAP)
+        if var in ("tma", "tmap") and Sk == 0 and var not in PERSISTENT:  # no key: no K/V tile is ever loaded
+            maps = (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)
         elif var in ("tma", "tmap"):
-            maps = (tensor_map(kk, bc), tensor_map(vv, bc))
-            if maps[0] is None or maps[1] is None:  # not describable by a tensor map: the cp.async producer
+            # the persistent variant's producer loads Q too (boxes of Br rows)
+            maps = (tensor_map(kk, bc) if Sk else _ZERO_MAP, tensor_map(vv, bc) if Sk else _ZERO_MAP,
+                    tensor_map(qq, br) if var in PERSISTENT else _ZERO_MAP)
+            if any(m is None for m in maps):  # not describable by a tensor map: the cp.async producer
                 if variant is not None:
-                    raise ValueError(f"variant {var!r} needs K and V with 16-byte aligned data and strides that are "
+                    raise ValueError(f"variant {var!r} needs K and V (and Q for {PERSISTENT}) with 16-byte aligned data and strides that are "
                                      "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
                 if block_sizes is None:  # the cp.async producer's own default tile
@@ -384,7 +388,7 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                                      "cannot be described by a tensor map (data not 16-byte aligned, or a zero, "
                                      "negative or non-16-byte-multiple stride); the cp.async producer has "
                                      f"{TILES[(var, d)]}")
-        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP)) + (np.int32(B),)
+        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)) + (np.int32(B),)
     opts = compile_options(var)
     pin = opts == PIN_OPTIONS
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), opts)
