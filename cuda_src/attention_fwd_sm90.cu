@@ -349,9 +349,14 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // ======================================================================================================
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
-// PERSIST (with TMA): a persistent grid (one block per SM, two at Br = 64); block c takes the work tiles u = c,
-// c + gridDim.x, ... of the list ordered by Q tile (longest causal tile first), then head, then batch
-// (sm90_work_tile).
+// PERSIST (with TMA): a persistent grid (one block per SM, two at Br = 64) over the list of work tiles ordered by Q
+// tile (longest causal tile first), then head, then batch (sm90_work_tile). Block c starts with tile u = c; then
+// its producer claims the next from the counter sched[0] (u = gridDim.x + atomicAdd), once the current tile's K/V
+// loads are issued: the tiles go to the blocks as they free up, as the hardware hands out the blocks of the
+// non-persistent grid (a fixed share, u = c, c + gridDim.x, ..., waits for the slowest SM, and on causal masks
+// for the block with the longest tiles). The producer passes u to the consumers in a shared-memory slot published
+// by the Q tile's "full" mbarrier; u >= n_work (no tile left) ends both. The last block out (sched[1] counts them)
+// sets both counters back to 0 for the next launch on the stream.
 // The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
 // the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
 // the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of
@@ -364,7 +369,8 @@ template <typename T, int HEAD_DIM, int NWG, int Bc, int PVN, int STAGES, bool P
           int CONSUMER_REGS, bool TMA, bool PERSIST>
 __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     attention_fwd_sm90_ws(SM90_KERNEL_PARAMS, const __grid_constant__ TmaMap tmap_k,
-                          const __grid_constant__ TmaMap tmap_v, const __grid_constant__ TmaMap tmap_q, int batch) {
+                          const __grid_constant__ TmaMap tmap_v, const __grid_constant__ TmaMap tmap_q, unsigned* __restrict__ sched,
+                          int batch) {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head_dim 64 or 128");
   static_assert(Bc == 64 || Bc == 128, "Bc 64 or 128");
   static_assert(PVN == 64 || PVN == HEAD_DIM, "PVN");
@@ -382,10 +388,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const unsigned sQ = sbase, sK = sQ + Q_BYTES, sV = sK + STAGES * KV_BYTES;
   const unsigned bar_full = sV + STAGES * KV_BYTES, bar_empty = bar_full + 8 * STAGES;  // + 8 * stage
-  // PERSIST: the Q tile's pair (loaded by the producer, released by the consumers after their last S); then the
-  // pinning slots
-  const unsigned bar_qfull = bar_empty + 8 * STAGES, bar_qempty = bar_qfull + 8;
-  const unsigned pin_slots = bar_qfull + (PERSIST ? 16 : 0);
+  // PERSIST: the Q tile's pair (loaded by the producer, released by the consumers after their last S) and the
+  // work-tile slot (8 bytes); then the pinning slots
+  const unsigned bar_qfull = bar_empty + 8 * STAGES, bar_qempty = bar_qfull + 8, work_slot = bar_qempty + 8;
+  const unsigned pin_slots = bar_qfull + (PERSIST ? 24 : 0);
   unsigned char* const sgen = smem_raw + (sbase - smem_u32(smem_raw));
 
   const int tid = threadIdx.x, wg = tid >> 7;
@@ -408,21 +414,28 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   if (wg == 0) {
     // ---------------- producer: K/V tiles into the ring ----------------
     setmaxnreg_dec<PRODUCER_REGS>();
-    // the work tiles of this block: one (blockIdx) or, persistent, u = blockIdx.x + k * gridDim.x < n_work
-    // (computed after setmaxnreg: values live across it get spilled)
+    // the work tiles of this block: one (blockIdx) or, persistent, u = blockIdx.x, then claimed (computed after
+    // setmaxnreg: values live across it get spilled)
     const int n_q = (seqlen_q + Br - 1) / Br;
     const i64 n_work = PERSIST ? (i64)n_q * heads_q * batch : 1;
-    const i64 u_first = PERSIST ? blockIdx.x : 0, u_step = PERSIST ? gridDim.x : 1;
     if constexpr (TMA) {
       // One thread: wait for the consumers to free a stage, announce its bytes, issue the copies. g counts the
       // K/V tiles of every work tile of this block (stage g % STAGES, its (g / STAGES)-th use).
       if (tid == 0) {
-        int g = 0, w = 0;
-        for (i64 u = u_first; u < n_work; u += u_step, ++w) {
+        int g = 0;
+        i64 u = PERSIST ? blockIdx.x : 0;
+        for (int w = 0; PERSIST || w == 0; ++w) {
+          if constexpr (PERSIST) {  // the consumers are done with the previous tile's Q (and have read its u)
+            if (w > 0) mbar_wait(bar_qempty, (w - 1) & 1);
+            asm volatile("st.shared.s64 [%0], %1;\n" ::"r"(work_slot), "l"(u) : "memory");
+            if (u >= n_work) {  // none left: the consumers see it in the slot
+              mbar_arrive(bar_qfull);
+              break;
+            }
+          }
           const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
           const int hk = wk.h / group;
-          if (PERSIST) {  // this work tile's Q once the consumers are done with the previous one's
-            if (w > 0) mbar_wait(bar_qempty, (w - 1) & 1);
+          if (PERSIST) {  // this work tile's Q
             mbar_arrive_expect_tx(bar_qfull, Q_BYTES);
 #pragma unroll
             for (int blk = 0; blk < HEAD_DIM / 64; ++blk)
@@ -438,6 +451,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
               tma_load_4d(sK + st * KV_BYTES + blk * (Bc * 128), &tmap_k, blk * 64, k0, hk, wk.b, full);
               tma_load_4d(sV + st * KV_BYTES + blk * (Bc * 128), &tmap_v, blk * 64, k0, hk, wk.b, full);
             }
+          }
+          // the next work tile (its latency hides behind the wait for this tile's last S)
+          if constexpr (PERSIST) u = (i64)gridDim.x + atomicAdd(sched, 1u);
+        }
+        if constexpr (PERSIST) {  // the last block out sets the counters back to 0 for the next launch
+          if (atomicAdd(sched + 1, 1u) == gridDim.x - 1) {
+            sched[0] = 0u;
+            sched[1] = 0u;
           }
         }
       }
@@ -474,19 +495,23 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   } else {
     // ---------------- consumers ----------------
     setmaxnreg_inc<CONSUMER_REGS>();
-    // the work tiles of this block: one (blockIdx) or, persistent, u = blockIdx.x + k * gridDim.x < n_work
-    // (computed after setmaxnreg: values live across it get spilled)
+    // the work tiles of this block: one (blockIdx) or, persistent, those its producer claims (computed after
+    // setmaxnreg: values live across it get spilled)
     const int n_q = (seqlen_q + Br - 1) / Br;
     const i64 n_work = PERSIST ? (i64)n_q * heads_q * batch : 1;
-    const i64 u_first = PERSIST ? blockIdx.x : 0, u_step = PERSIST ? gridDim.x : 1;
     const int shift = seqlen_k - seqlen_q;
     // consumer index, through a shuffle from lane 0 so that the compiler knows it is warp-uniform (CUTLASS does the
     // same): the addresses and wgmma descriptors derived from it then live in uniform registers
     const int c = __shfl_sync(0xffffffffu, wg - 1, 0);
     const unsigned sQw = sQ + c * 64 * 128;
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
-    int w = 0;  // work tiles of this block so far (PERSIST: the phase of the Q barriers)
-    for (i64 u = u_first; u < n_work; u += u_step, ++w) {
+    for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
+      i64 u = 0;
+      if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
+        mbar_wait(bar_qfull, w & 1);
+        asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(work_slot) : "memory");
+        if (u >= n_work) break;
+      }
       const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right);
       const int j_lo = wk.j_lo, h = wk.h, b = wk.b;
       const int wrow0 = wk.q0 + c * 64;
@@ -504,9 +529,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           if (lane == 0) mbar_arrive(bar_qempty);
         }
       };
-      if (PERSIST) {
-        mbar_wait(bar_qfull, w & 1);
-      } else {  // this warpgroup's 64 Q rows
+      if (!PERSIST) {  // this warpgroup's 64 Q rows
         const T* qp = q + b * q_sb + h * q_sh;
         load_tile_sw128<T, HEAD_DIM, 64, 128, Br>(sQw, qp, q_ss, wrow0, seqlen_q, tid & 127);
         cp_async_commit();

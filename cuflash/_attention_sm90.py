@@ -89,7 +89,7 @@ TILES = {
     ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)],
     ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
-    ("tmap", 64): [(64, 128, 64), (128, 128, 64)], ("tmap", 128): [(128, 128, 64), (128, 128, 128)],
+    ("tmap", 64): [(64, 128, 64), (128, 128, 64), (192, 128, 64)], ("tmap", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -135,7 +135,7 @@ def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False)
     slot per consumer warp when ``pin``)."""
     if variant == "simple":
         return 2 * head_dim * (Br + 4 * Bc) + 1024
-    q_bars = 16 if variant in PERSISTENT else 0  # the persistent kernel's Q full / empty pair
+    q_bars = 24 if variant in PERSISTENT else 0  # the persistent kernel's Q full / empty pair and work-tile slot
     return (2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES + q_bars
             + (16 * (Br // 64) if pin else 0))
 
@@ -219,7 +219,7 @@ SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128), ("tmap
 # are asked for: a few queries against many keys would leave most of the three warpgroups' rows empty (not
 # measured; the shorter tiles stay there).
 WIDE_SEQLEN = 1024
-WIDE_TILES = {("tma", 64): (192, 128, 64)}
+WIDE_TILES = {("tma", 64): (192, 128, 64), ("tmap", 64): (192, 128, 64)}
 
 
 def default_tile(variant: str, head_dim: int, seqlen_q: int, seqlen_k: int) -> tuple[int, int, int]:
@@ -388,7 +388,9 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                                      "cannot be described by a tensor map (data not 16-byte aligned, or a zero, "
                                      "negative or non-16-byte-multiple stride); the cp.async producer has "
                                      f"{TILES[(var, d)]}")
-        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)) + (np.int32(B),)
+        # the persistent grid's work counters (per stream; every launch leaves them zero)
+        sched = _compile.stream_counters(p.q.device.id) if var in PERSISTENT else np.uintp(0)
+        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)) + (sched, np.int32(B))
     opts = compile_options(var)
     pin = opts == PIN_OPTIONS
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), opts)

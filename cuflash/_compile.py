@@ -169,6 +169,23 @@ def sm_count(device_id: int) -> int:
     return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 
+_COUNTERS: dict = {}
+
+
+def stream_counters(device_id: int):
+    """Two zeroed ``uint32`` for this device and the current stream: the work counter and the blocks-done counter
+    of the kernels whose blocks claim their work as they go (``norm_fwd_stream``, the persistent attention
+    forward). Every such launch leaves them zero (its last block out resets them), so launches on one stream (which
+    are ordered) share them; launches on two streams may overlap, hence one pair per stream."""
+    import cupy
+
+    key = (device_id, cupy.cuda.get_current_stream().ptr)
+    t = _COUNTERS.get(key)
+    if t is None:
+        t = _COUNTERS[key] = cupy.zeros(2, dtype=np.uint32)
+    return t
+
+
 class _LaunchConfig(ctypes.Structure):  # cuda.h: CUlaunchConfig
     _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
                 ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),

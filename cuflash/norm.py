@@ -372,21 +372,6 @@ def _fwd_cluster_geometry(itemsize, hidden, cc):
     return _cluster_split(body, FWD_CLUSTER_SIZES, 4 * FWD_CLUSTER_MAX_THREADS)
 
 
-_TICKETS: dict = {}
-
-
-def _ticket(dev):
-    """The row counter of norm_fwd_stream on this device and the current stream (two zeroed uint32; every launch
-    leaves them zero). One per stream: launches on one stream are ordered, on two streams they may overlap."""
-    import cupy
-
-    key = (dev, cupy.cuda.get_current_stream().ptr)
-    t = _TICKETS.get(key)
-    if t is None:
-        t = _TICKETS[key] = cupy.zeros(2, dtype=np.uint32)
-    return t
-
-
 def _stream_plan(kind, dt, wdt, hidden, res, dev, budget):
     """The streamed forward's plan, or None where it does not apply (rows not whole 16-byte vectors, or too long
     for two stages in shared memory)."""
@@ -525,7 +510,7 @@ def _forward(kind, fn, x, normalized_shape, weight, bias, eps, residual, return_
             grid = pl.cluster * (min(rows, pl.cap // pl.cluster) if pl.cap else rows)
         else:
             grid = min(math.ceil(rows / pl.rpb), pl.cap)
-        tail = (() if pl.cluster else (np.int32(pl.nvr), _ticket(dev) if STREAM_TICKET else _NULL) if pl.stream
+        tail = (() if pl.cluster else (np.int32(pl.nvr), _compile.stream_counters(dev) if STREAM_TICKET else _NULL) if pl.stream
                 else (np.int32(pl.nchunks), np.int32(pl.smem_chunks)))
         _compile.launch(pl.kern, (grid,), (pl.G * pl.rpb,),
                         (x, residual if residual is not None else _NULL, weight if weight is not None else _NULL,

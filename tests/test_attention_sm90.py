@@ -303,15 +303,42 @@ def test_persistent_blocks_take_several_tiles(cp, rng, head_dim, mask):
     phases running on across them), and seqlen_q >> seqlen_k with a local window (Q tiles that see no key between
     ones that do): the reference check, and output and lse bitwise equal to 'tma' with the same tile."""
     causal, window = MASKS[mask]
-    br, bc, pv = S90.TILES[("tmap", head_dim)][0]
-    for (b, h, sq, sk) in ((4, 16, 2048, 2048), (2, 8, 3000, 400)):
+    for (b, h, sq, sk) in ((4, 16, 2048, 2048), (2, 8, 3000, 400), (1, 4, 8192, 8192)):
         q = randn(cp, rng, (b, h, sq, head_dim), BF16)
         k = randn(cp, rng, (b, h, sk, head_dim), BF16)
         v = randn(cp, rng, (b, h, sk, head_dim), BF16)
         o1, l1 = check(q, k, v, causal, None, window, what=f"d{head_dim} {mask} {b}x{h}x{sq}x{sk}", variant="tmap")
+        br, bc, pv = S90.default_tile("tmap", head_dim, sq, sk)  # the tile tmap ran, on the non-persistent grid
         o0, l0 = run(q, k, v, causal, None, window, variant="tma", block_sizes=(br, bc), pv_n=pv)
         assert bool(cp.array_equal(o0.view(cp.uint16), o1.view(cp.uint16))), f"tmap != tma {sq}x{sk}"
         assert bool(cp.array_equal(l0.view(cp.uint32), l1.view(cp.uint32))), f"tmap lse != tma {sq}x{sk}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_persistent_work_counter_per_stream_and_reset(cp, rng):
+    """'tmap' blocks claim their work tiles from a counter (one pair per device and stream): launches on two
+    streams, not synchronised with each other, each on fresh inputs (a tile claimed twice or skipped leaves another
+    call's values or the poison), every output checked; both counters are back to zero afterwards (the last block
+    out resets them), so the next launch starts at tile 0."""
+    from cuflash import _compile
+
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    calls = []
+    for i in range(6):
+        d, causal = (64, 128)[i % 2], bool(i // 2 % 2)
+        q, k, v = (randn(cp, rng, (2, 4, 1500 + 97 * i, d), BF16) for _ in range(3))
+        with streams[i % 2]:
+            calls.append((q, k, v, causal, run(q, k, v, causal, variant="tmap")))
+    for st in streams:
+        st.synchronize()
+    for q, k, v, causal, (o1, l1) in calls:  # each against 'tma' with the same tile, bitwise
+        br, bc, pv = S90.default_tile("tmap", q.shape[-1], q.shape[-2], k.shape[-2])
+        o0, l0 = run(q, k, v, causal, variant="tma", block_sizes=(br, bc), pv_n=pv)
+        assert bool(cp.array_equal(o0.view(cp.uint16), o1.view(cp.uint16))), f"tmap != tma {q.shape} {causal}"
+        assert bool(cp.array_equal(l0.view(cp.uint32), l1.view(cp.uint32))), f"tmap lse != tma {q.shape} {causal}"
+    counters = [t for (dev, s_), t in _compile._COUNTERS.items() if s_ in (st.ptr for st in streams)]
+    assert len(counters) == 2 and all(int(x) == 0 for t in counters for x in t.get())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])

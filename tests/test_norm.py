@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuflash import _dtypes, norm, reference
+from cuflash import _compile, _dtypes, norm, reference
 from conftest import poison
 
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), _dtypes.bfloat16]
@@ -621,7 +621,7 @@ def test_stream_ticket_per_stream_and_reset(cp, rng, monkeypatch, hidden):
         ref, _, rstd = ref_forward("layer", x.astype(np.float64), w, b, 1e-5)
         check_close("y", y.get(), ref, rnd(f32_forward("layer", x, w, b, 1e-5), dt), dt, hidden,
                     scale=y_scale(x, rstd, w))
-    tickets = [t for (d, s_), t in norm._TICKETS.items() if s_ in (st.ptr for st in streams)]
+    tickets = [t for (d, s_), t in _compile._COUNTERS.items() if s_ in (st.ptr for st in streams)]
     assert len(tickets) == 2 and all(int(v) == 0 for t in tickets for v in t.get())
 
 
