@@ -6,18 +6,19 @@ owns 64 query rows; K/V tiles of ``Bc`` keys live in shared memory in the 128-by
 descriptors read; ``S = Q·Kᵀ`` takes Q and K from shared memory, ``O += P·V`` takes P from registers (the fp32
 accumulator of S rounded to the input dtype is the A operand) and V from shared memory (transposed descriptor).
 
-Variants (``variant=``): ``"tma"`` (default): warp specialisation — a producer warpgroup whose one working thread
+Variants (``variant=``; the default ``"auto"`` picks ``"tmap"`` or ``"tma"`` by shape, ``pick_variant``):
+``"tma"``: warp specialisation — a producer warpgroup whose one working thread
 loads K/V tiles with the tensor memory accelerator (``cp.async.bulk.tensor`` through tensor maps built here with
 the driver's ``cuTensorMapEncodeTiled``, 128-byte swizzle by the copy engine) into a 3-stage ring signalled on
 mbarriers by transaction bytes (``setmaxnreg`` gives the producer's registers to the consumers), and two consumer
 warpgroups that issue ``S_j`` together with ``P_{j-1}·V_{j-1}`` and run the softmax of ``S_j`` while the latter is
 in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by named barriers (FA-3 ping-pong);
-``"tmap"``: ``"tma"`` on a persistent grid (one block per SM, two with the Br = 64 tile, taking the Q tiles of a
-head longest first, head after head, FA-3's persistent kernel): the K/V ring runs on across the block's tiles, so
-the next tile's first loads overlap the current tile's last P·V, epilogue and Q load, and the block start-up is
-paid once per SM (a study variant: with the tiles taken head-first it lost to ``"tma"`` at every shape, 0.67-0.90x
-at 7b5fb2d, its blocks reading more heads' K and V at once than L2 holds; the order is now that of the
-non-persistent grid);
+``"tmap"``: ``"tma"`` on a persistent grid (one block per SM, two with the Br = 64 tile; FA-3's persistent kernel
+with its dynamic tile scheduler): each block's producer claims the next work tile (Q tile, head, batch; longest
+causal tile first, in the order the hardware starts the non-persistent grid's blocks) from a counter as its block
+frees up, loads that tile's Q by TMA and keeps its K/V ring running across tiles, so the next tile's loads
+overlap the current tile's last P·V and epilogue (O stored from registers) and the block start-up is paid once
+per SM;
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
@@ -68,7 +69,9 @@ HEAD_DIMS = (64, 128)
 #             the current tile's last P V and epilogue). Study.
 VARIANTS = ("tma", "tmap", "ws", "ws_nopp", "simple")
 PERSISTENT = ("tmap",)
-DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "tma")
+# "auto" (pick_variant): "tmap" at head_dim 64 and up to SHORT_SEQLEN_K keys, else "tma"
+DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "auto")
+AUTO_VARIANTS = ("tma", "tmap")
 WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
 # Br = 64 (one consumer warpgroup, no ping-pong): two blocks per SM, 128 registers a thread at launch, moved from
 # the producer (24) to the consumer (232) by setmaxnreg
@@ -88,8 +91,8 @@ REGS = {"tmap": (24, 240)}
 TILES = {
     ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)],
     ("tma", 128): [(128, 128, 64), (128, 128, 128)],
-    # persistent (study): at head_dim 64 the Br = 64 tile, two blocks per SM, each looping over Q tiles
-    ("tmap", 64): [(64, 128, 64), (128, 128, 64), (192, 128, 64)], ("tmap", 128): [(128, 128, 64), (128, 128, 128)],
+    # persistent: the default tiles of "tma" (Br = 64: two blocks per SM, each looping over work tiles)
+    ("tmap", 64): [(128, 128, 64), (64, 128, 64), (192, 128, 64)], ("tmap", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -207,7 +210,8 @@ def kernel_head_dim(head_dim: int) -> int:
 # Bc = 64 two-stage tile (two blocks per SM) was up to 32 % slower (equal only at 512 causal)
 # (experiments/results/logs/sm90_d128_ab_ebe4978.json, bfloat16, same run).
 SHORT_SEQLEN_K = 4096
-SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128), ("tmap", 128): (128, 128, 128)}
+SHORT_TILES = {("tma", 64): (64, 128, 64), ("tma", 128): (128, 128, 128),
+               ("tmap", 64): (64, 128, 64), ("tmap", 128): (128, 128, 128)}
 
 
 # Wide Q tiles at head_dim 64: the Br = 192, Bc = 128 tile (three consumer warpgroups, FA-3's head_dim 64 tile) from
@@ -234,13 +238,38 @@ def default_tile(variant: str, head_dim: int, seqlen_q: int, seqlen_k: int) -> t
     return TILES[(variant, head_dim)][0]
 
 
+# "auto": the persistent variant with its dynamic tile scheduler where it measured ahead of "tma" (same tiles,
+# bitwise the same output). Rotated same-run A/B on the H200, bfloat16 / float16, 16K tokens
+# (experiments/results/logs/tmap_rot_ab_*_b9634ea.json, tmap / tma): head_dim 64 1.02-1.12x from 1K to 8K (0.99x
+# non-causal and 1.02x causal at 16K); head_dim 128 1.00-1.02x up to SHORT_SEQLEN_K keys (the pv_n = 128 tile;
+# 1K causal 0.96x there, 1.02x in the run before), 0.96-0.99x beyond (the pv_n = 64 tile).
+def pick_variant(variant, head_dim: int, seqlen_k: int, block_sizes=None, pv_n=None) -> str:
+    """The concrete variant a call runs: ``variant`` (None: ``DEFAULT_VARIANT``) as given, or for ``"auto"``
+    ``"tmap"`` at head_dim 64 and at up to ``SHORT_SEQLEN_K`` keys, else ``"tma"`` (and ``"tma"`` when the
+    requested tile is not one of ``"tmap"``'s). Raises ValueError for an unknown name."""
+    var = DEFAULT_VARIANT if variant is None else str(variant)
+    if var == "auto":
+        d = kernel_head_dim(head_dim)
+        var = "tmap" if d == 64 or seqlen_k <= SHORT_SEQLEN_K else "tma"
+        if block_sizes is not None:
+            br, bc = parse_block_sizes(block_sizes)
+            if not any(c[:2] == (br, bc) and (pv_n is None or c[2] == int(pv_n)) for c in TILES[("tmap", d)]):
+                var = "tma"
+    if var not in VARIANTS:
+        raise ValueError(f"variant must be 'auto' or one of {VARIANTS}, got {variant!r}")
+    return var
+
+
+def default_variants() -> tuple[str, ...]:
+    """The concrete variants the default (``DEFAULT_VARIANT``) runs: ``AUTO_VARIANTS`` for "auto"."""
+    return AUTO_VARIANTS if DEFAULT_VARIANT == "auto" else (DEFAULT_VARIANT,)
+
+
 def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int, int]:
     """(variant, Br, Bc, pv_n) for problem ``p`` (its head_dim, seqlen_q and seqlen_k); validates the choices
     against the instantiated set."""
     d = kernel_head_dim(p.head_dim)
-    var = DEFAULT_VARIANT if variant is None else str(variant)
-    if var not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    var = pick_variant(variant, p.head_dim, p.seqlen_k, block_sizes, pv_n)
     avail = TILES[(var, d)]
     if block_sizes is None:
         br, bc, pv0 = default_tile(var, d, p.seqlen_q, p.seqlen_k)
@@ -324,9 +353,9 @@ def _tensor_map(ptr, dtype_name, shape, strides_bytes, box_rows):
 def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     """Run the sm90 kernel on a prepared :class:`AttnProblem` ``p``.
 
-    ``variant``: "tma" (default, or $CUFLASH_SM90_VARIANT), "tmap", "ws", "ws_nopp" or "simple" (see VARIANTS;
-    the default falls back to "ws" when K or V cannot be described by a tensor map, an explicit "tma"/"tmap"
-    raises);
+    ``variant``: "auto" (default, or $CUFLASH_SM90_VARIANT: "tmap" or "tma" by shape, see ``pick_variant``),
+    "tma", "tmap", "ws", "ws_nopp" or "simple" (see VARIANTS; "auto" falls back to "tma" with the same tile when
+    only Q cannot be described by a tensor map and to "ws" when K or V cannot, an explicit "tma"/"tmap" raises);
     ``block_sizes`` (Br, Bc) and ``pv_n`` pick an instantiated tile configuration of that variant.
     Returns ``(out, lse)``: out (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; lse float32
     (batch, heads_q, seqlen_q), natural-log logsumexp of the scaled masked scores, -inf (and out 0) for a row
@@ -370,16 +399,19 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
             np.float32(scale * LOG2E), np.int32(left), np.int32(right))
     if var != "simple":
         maps = None
-        if var in ("tma", "tmap") and Sk == 0 and var not in PERSISTENT:  # no key: no K/V tile is ever loaded
-            maps = (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)
-        elif var in ("tma", "tmap"):
-            # the persistent variant's producer loads Q too (boxes of Br rows)
-            maps = (tensor_map(kk, bc) if Sk else _ZERO_MAP, tensor_map(vv, bc) if Sk else _ZERO_MAP,
-                    tensor_map(qq, br) if var in PERSISTENT else _ZERO_MAP)
+        if var in ("tma", "tmap"):
+            explicit = variant not in (None, "auto")
+            kmap = tensor_map(kk, bc) if Sk else _ZERO_MAP  # no key: no K/V tile is ever loaded
+            vmap = tensor_map(vv, bc) if Sk else _ZERO_MAP
+            qmap = tensor_map(qq, br) if var in PERSISTENT else _ZERO_MAP  # the persistent producer loads Q too
+            if qmap is None and kmap is not None and vmap is not None and not explicit:
+                var, qmap = "tma", _ZERO_MAP  # Q not describable: the same tile on the non-persistent grid
+            maps = (kmap, vmap, qmap)
             if any(m is None for m in maps):  # not describable by a tensor map: the cp.async producer
-                if variant is not None:
-                    raise ValueError(f"variant {var!r} needs K and V (and Q for {PERSISTENT}) with 16-byte aligned data and strides that are "
-                                     "multiples of 16 bytes (and the driver's cuTensorMapEncodeTiled)")
+                if explicit:
+                    raise ValueError(f"variant {var!r} needs K and V (and Q for {PERSISTENT}) with 16-byte aligned "
+                                     "data and strides that are multiples of 16 bytes (and the driver's "
+                                     "cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
                 if block_sizes is None:  # the cp.async producer's own default tile
                     br, bc, pv = default_tile(var, d, Sq, Sk)

@@ -83,6 +83,27 @@ def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False
             "p80_ms": float(np.percentile(t, 80)), "n": rep}
 
 
+def time_rotated(fns: dict, rounds: int = 5, warmup: int = 3, rep: int = 6) -> dict:
+    """Time several contenders on the same work in turn: ``rounds`` rounds, each timing every ``fns[name]()`` with
+    :func:`time_cuda` (``rep`` repetitions, one warm-up call), in the order of ``fns`` rotated by one every second
+    round and reversed every other round (three contenders: all six orders in six rounds), so that no contender
+    always runs first or after the same one (a GPU held at its power limit runs the same kernel several per
+    cent slower after a long heavy run than on a cool start). Returns {name: {'median_ms': the median of the round
+    medians, 'rounds_ms': the round medians, 'n': rounds * rep}}; ``warmup`` calls of each before the first round.
+    """
+    names = list(fns)
+    for nm in names:
+        for _ in range(warmup):
+            fns[nm]()
+    got = {nm: [] for nm in names}
+    for r in range(rounds):
+        s = (r // 2) % len(names)
+        order = names[s:] + names[:s]
+        for nm in (order[::-1] if r % 2 else order):
+            got[nm].append(time_cuda(fns[nm], warmup=1, rep=rep)["median_ms"])
+    return {nm: {"median_ms": float(np.median(v)), "rounds_ms": v, "n": rounds * rep} for nm, v in got.items()}
+
+
 def host_us_per_call(fn, calls: int = 2000, warmup: int = 50, sync=None) -> float:
     """Host time of one call in microseconds: ``calls`` calls enqueued back to back (after ``warmup``), the device
     waited for before and after. On an input small enough that the GPU keeps up with the launches this is the

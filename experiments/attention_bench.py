@@ -29,6 +29,7 @@ if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also wh
 from _common import add_replot_arg, add_shape_args, half_to_torch as to_torch, load_results, pyplot, sample_ref, save_figure, sdpa_peers  # noqa: E402,E501
 
 TOKENS, HIDDEN = 16384, 2048
+ROUNDS = 5  # rotated timing rounds per configuration (bench.time_rotated); --rep launches in all
 
 
 def parse_args(argv):
@@ -108,50 +109,54 @@ def main(argv=None) -> int:
 
         row = {"dtype": dn, "head_dim": d, "seqlen": n, "causal": causal, "batch": B, "heads": H,
                "tiles": "{}x{}/{}w".format(*A.DEFAULT_TILES[(d, causal)])}
-        fn = lambda: A.attention(q, k, v, causal=causal, schedule="fa2")  # noqa: E731
-        t = bench.time_cuda(fn, warmup=a.warmup, rep=a.rep)
-        row["cuflash_ms"] = t["median_ms"]
-        row["cuflash_tflops"] = fl / (t["median_ms"] * 1e-3) / 1e12
-        row["cuflash_err"] = err(fn())
+        # the contenders, checked once each, then timed in rotated rounds (bench.time_rotated)
+        fns = {"cuflash": lambda: A.attention(q, k, v, causal=causal, schedule="fa2")}
+        row["cuflash_err"] = err(fns["cuflash"]())
         if not a.no_wgmma:  # the Hopper wgmma kernel (cuflash._attention_sm90), when it runs here
             try:
-                wfn = lambda: A.attention(q, k, v, causal=causal, schedule="wgmma")  # noqa: E731
-                row["wgmma_err"] = err(wfn())
-                tw = bench.time_cuda(wfn, warmup=a.warmup, rep=a.rep)
-                row["wgmma_ms"] = tw["median_ms"]
-                row["wgmma_tflops"] = fl / (tw["median_ms"] * 1e-3) / 1e12
+                fns["wgmma"] = lambda: A.attention(q, k, v, causal=causal, schedule="wgmma")
+                row["wgmma_err"] = err(fns["wgmma"]())
             except Exception as e:
+                fns.pop("wgmma")
                 row["wgmma_tflops"] = None
                 row["wgmma_note"] = repr(e)[:120]
         if th is not None:
             torch, SDPBackend, sdpa_kernel = th
             tq, tk, tv = (to_torch(torch, x) for x in (q, k, v))
             for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                def tfn():
+                def tfn(backend=backend):
                     with sdpa_kernel(backend):
                         return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
                 try:
                     out = tfn()
                     torch.cuda.synchronize()
-                    tt = bench.time_cuda(tfn, warmup=a.warmup, rep=a.rep)
-                    row[f"torch_{name}_ms"] = tt["median_ms"]
-                    row[f"torch_{name}_tflops"] = fl / (tt["median_ms"] * 1e-3) / 1e12
                     o = out.contiguous()
                     o = cp.from_dlpack(o.view(torch.int16) if o.dtype == torch.bfloat16 else o)
                     row[f"torch_{name}_err"] = err(o.view(cp.uint16).view(bfloat16) if dn == "bfloat16" else o)
-                    row[f"ratio_vs_{name}"] = row["cuflash_tflops"] / row[f"torch_{name}_tflops"]
-                    if row.get("wgmma_tflops"):
-                        row[f"wgmma_ratio_vs_{name}"] = row["wgmma_tflops"] / row[f"torch_{name}_tflops"]
+                    fns[f"torch_{name}"] = tfn
                 except Exception as e:
                     row[f"torch_{name}_tflops"] = None
                     row[f"torch_{name}_note"] = repr(e)[:120]
+        times = bench.time_rotated(fns, rounds=ROUNDS, warmup=a.warmup, rep=max(4, a.rep // ROUNDS))
+        for nm, t in times.items():
+            row[f"{nm}_ms"] = t["median_ms"]
+            row[f"{nm}_tflops"] = fl / (t["median_ms"] * 1e-3) / 1e12
+        for peer in ("flash", "cudnn"):
+            if row.get(f"torch_{peer}_tflops"):
+                row[f"ratio_vs_{peer}"] = row["cuflash_tflops"] / row[f"torch_{peer}_tflops"]
+                if row.get("wgmma_tflops"):
+                    row[f"wgmma_ratio_vs_{peer}"] = row["wgmma_tflops"] / row[f"torch_{peer}_tflops"]
+        fns.clear()
+        if th is not None:
             del tq, tk, tv
         rows.append(row)
         q = k = v = ref = None  # free before the next size
         cp.get_default_memory_pool().free_all_blocks()
     meta = {"host_overhead_us": host_overhead(A, th, bfloat16),
             "what": "attention forward TFLOP/s, FlashAttention-2 convention (16K tokens, hidden 2048)",
-            "flops": "4*B*H*N^2*d / t, halved when causal", "timing": f"CUDA events, warmup {a.warmup}, median of {a.rep}",
+            "flops": "4*B*H*N^2*d / t, halved when causal",
+            "timing": f"CUDA events, warmup {a.warmup}; {ROUNDS} rounds of {max(4, a.rep // ROUNDS)} launches per "
+                      "contender in a rotated order (bench.time_rotated), median of the round medians",
             "error": "max abs error vs float64 reference on 48 query rows x all heads of batch 0",
             "peers": "torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(FLASH_ATTENTION / CUDNN_ATTENTION)"}
     path = bench.write_results(a.name, rows, meta)

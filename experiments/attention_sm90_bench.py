@@ -166,7 +166,7 @@ def main(argv=None) -> int:
             continue
         default = cfg[3:] in (S90.TILES[(cfg[2], cfg[1])][0], S90.SHORT_TILES.get((cfg[2], cfg[1])),
                               S90.WIDE_TILES.get((cfg[2], cfg[1])))  # by seqlen_q and seqlen_k
-        if (cfg[2] == S90.DEFAULT_VARIANT and default) or (not a.no_variants and (default or a.all_tiles)):
+        if (cfg[2] in S90.default_variants() and default) or (not a.no_variants and (default or a.all_tiles)):
             timed.append(cfg)
     checks = S90.self_check(timed)
     for key, msg in checks.items():
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
         impls = None
         cp.get_default_memory_pool().free_all_blocks()
 
-    sass = sass_evidence([c for c in timed if c[2:] == (S90.DEFAULT_VARIANT, *S90.TILES[(c[2], c[1])][0])])
+    sass = sass_evidence([c for c in timed if c[2] in S90.default_variants() and c[3:] == S90.TILES[(c[2], c[1])][0]])
     meta = {"what": "attention forward TFLOP/s, sm90 wgmma kernel vs cuDNN / FlashAttention (torch SDPA), "
                     "16K tokens, hidden 2048",
             "flops": "4*B*H*N^2*d / t, halved when causal",

@@ -60,3 +60,21 @@ def test_bench_torch_flash(benchmark, cp, head_dim, causal):
     fn()
     benchmark.extra_info["flops"] = flops(q.shape[0], q.shape[1], 4096, 4096, head_dim, causal)
     benchmark.pedantic(fn, rounds=20, iterations=1, warmup_rounds=2)
+
+
+def test_time_rotated_orders_and_counts(cp):
+    """bench.time_rotated: every contender timed once a round (one warm-up call and ``rep`` timed ones), in
+    rotated and reversed orders (three contenders, six rounds: each of the six orders once)."""
+    from cuflash import bench
+
+    x = cp.asarray(np.random.default_rng().standard_normal(1 << 20, dtype=np.float32))
+    calls = []
+    fns = {n: (lambda n=n: (calls.append(n), x * 2)) for n in "abc"}
+    t = bench.time_rotated(fns, rounds=6, warmup=1, rep=3)
+    assert set(t) == set("abc")
+    assert all(len(v["rounds_ms"]) == 6 and v["n"] == 18 and v["median_ms"] > 0 for v in t.values())
+    assert calls[:3] == list("abc")
+    blocks = calls[3:]
+    assert len(blocks) == 6 * 3 * 4 and all(len(set(blocks[i:i + 4])) == 1 for i in range(0, len(blocks), 4))
+    orders = ["".join(blocks[i + 4 * j] for j in range(3)) for i in range(0, len(blocks), 12)]
+    assert orders == ["abc", "cba", "bca", "acb", "cab", "bac"]

@@ -83,6 +83,7 @@ def _run_canaries():
 def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_q=0, seqlen_k=0):
     """Fail (without launching) when the canary of this configuration hung or crashed."""
     d = S90.kernel_head_dim(head_dim)
+    variant = S90.pick_variant(variant, head_dim, seqlen_k, block_sizes, pv_n)
     if block_sizes is None:
         br, bc, pv = S90.default_tile(variant, d, seqlen_q, seqlen_k)
     else:
@@ -248,10 +249,19 @@ def test_kernel_head_dim_and_choices():
             assert S90.choose(P(), variant="tma") == ("tma",) + tile, (window, sq, sk)
             assert S90.choose(P(), variant="ws")[1:3] == (128, 128)
     assert S90.choose(P(), (192, 64), variant="tma") == ("tma", 192, 64, 64)
+    # "auto": tmap at head_dim 64 and up to SHORT_SEQLEN_K keys, with the tiles tma would take; tma otherwise and
+    # for a tile tmap does not instantiate
+    for d, sq, sk in ((64, 300, 16384), (64, 4096, 4096), (64, 1023, 1024), (128, 2048, S90.SHORT_SEQLEN_K),
+                      (128, 8192, 8192), (128, 100, S90.SHORT_SEQLEN_K + 1)):
+        P.head_dim, P.seqlen_q, P.seqlen_k = d, sq, sk
+        want = "tmap" if d == 64 or sk <= S90.SHORT_SEQLEN_K else "tma"
+        assert S90.choose(P(), variant="auto") == (want,) + S90.choose(P(), variant="tma")[1:], (d, sq, sk)
+    P.head_dim, P.seqlen_q, P.seqlen_k = 64, 4096, 4096
+    assert S90.choose(P(), (192, 64), variant="auto") == ("tma", 192, 64, 64)
     P.window = (-1, 0)
     P.head_dim, P.seqlen_k = 128, 1024
     assert S90.choose(P(), (128, 128), 128, "simple") == ("simple", 128, 128, 128)
-    for bad in (dict(variant="fa9"), dict(block_sizes=(64, 64), variant="simple"), dict(pv_n=128, variant="ws_nopp")):
+    for bad in (dict(variant="fa9"), dict(variant="AUTO"), dict(block_sizes=(64, 64), variant="simple"), dict(pv_n=128, variant="ws_nopp")):
         with pytest.raises(ValueError):
             S90.choose(P(), **bad)
 
@@ -292,6 +302,7 @@ def test_gpu_reference_matches_cpu_reference(rng):
 
 # ------------------------------------------------------------------------------------------------ GPU tests
 VARS = list(S90.VARIANTS)
+DEFAULTS = S90.default_variants()  # "auto": tma or tmap by shape, with the same tiles
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -350,7 +361,7 @@ def test_persistent_work_counter_per_stream_and_reset(cp, rng):
 @pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
 def test_tails_and_masks(cp, rng, variant, dtype, head_dim, mask, sq, sk):
     """attn-tails: irregular (seqlen_q, seqlen_k), causal / local / none, head_dim 64 and 128."""
-    if variant != S90.DEFAULT_VARIANT and dtype != BF16:
+    if variant not in DEFAULTS and dtype != BF16:
         pytest.skip("non-default variants: bfloat16 only here (test_every_configuration covers float16)")
     causal, window = MASKS[mask]
     b, h = (1, 2) if sq >= 2048 else (2, 3)
@@ -389,7 +400,7 @@ def test_default_wide_tile(cp, rng, dtype):
     """End to end through the default choice: head_dim 64 with WIDE_SEQLEN queries and keys and more (tail tiles on
     both) takes the Br = 192, Bc = 128 tile, causal or not, and matches the float64 reference; one query fewer
     takes a shorter tile."""
-    if S90.DEFAULT_VARIANT != "tma":
+    if S90.DEFAULT_VARIANT not in ("auto", "tma", "tmap"):
         pytest.skip(f"the default variant is {S90.DEFAULT_VARIANT} ($CUFLASH_SM90_VARIANT)")
     for sq, sk, tile in ((S90.WIDE_SEQLEN + 37, S90.WIDE_SEQLEN + 101, (192, 128, 64)),
                          (S90.WIDE_SEQLEN - 1, S90.WIDE_SEQLEN + 101, (64, 128, 64))):
@@ -411,7 +422,7 @@ def test_tails_and_masks_every_default_variant_tile(cp, rng, dtype, mask, sq, sk
     warpgroups, Br = 64 with one and two blocks per SM, Br = 192 (Bc = 64 and 128) with three; at head_dim 128
     Br = 128, Bc = 128 with pv_n 64 and 128."""
     for (dt, d, var, br, bc, pv) in S90.configurations():
-        if dt != dtype or var != S90.DEFAULT_VARIANT:
+        if dt != dtype or var not in DEFAULTS:
             continue
         causal, window = MASKS[mask]
         q = randn(cp, rng, (2, 3, sq, d), dtype)
