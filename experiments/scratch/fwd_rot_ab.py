@@ -3,7 +3,7 @@ every contender (rep launches, median) in a rotated order (ABC, BCA, CAB, ...), 
 first on a cool GPU: long bf16 runs slow down as the card warms (tma at head_dim 128, 8K: 1.56 then 1.79 ms in
 tmap_dyn_ab_bfloat16_0e3ef9e.json, always measured first). Reports each contender's median of the round medians
 and the median of the per-round ratios. FlashAttention-2 convention (16K tokens, hidden 2048).
-    python experiments/scratch/fwd_rot_ab.py [--vars tma tmap] [--seqlens ...] [--dtype bfloat16] [--rounds 6]"""
+    python experiments/scratch/fwd_rot_ab.py [--vars tma tmap tmap@128x128x64] [--seqlens ...] [--dtype bfloat16] [--rounds 6]"""
 import argparse, itertools, sys
 sys.path.insert(0, ".")
 sys.path.insert(0, "experiments")
@@ -23,6 +23,7 @@ a = ap.parse_args()
 import cupy as cp
 import cuflash
 from cuflash import bench, _attention_sm90 as S90
+from cuflash._attn_common import prepare
 from _common import half_to_torch, sdpa_peers
 
 th = sdpa_peers("fwd_rot_ab")
@@ -35,10 +36,18 @@ for d, n, causal in itertools.product(a.head_dims, a.seqlens, causals):
     q, k, v = (cp.asarray(rng.standard_normal((B, H, n, d), dtype=np.float32)).astype(DT) for _ in range(3))
     F = 4.0 * B * H * n * n * d / (2 if causal else 1)
     fns = {}
-    for var in a.vars:
-        def f(var=var):
-            S90.DEFAULT_VARIANT = var
-            return cuflash.attention(q, k, v, causal=causal)
+    for var in a.vars:  # "tmap", or "tmap@128x128x64": that variant with block_sizes (128, 128) and pv_n 64
+        if "@" in var:
+            vn, tile = var.split("@")
+            br, bc, pv = (int(x) for x in tile.split("x"))
+            p = prepare(q, k, v, causal=causal)
+
+            def f(vn=vn, br=br, bc=bc, pv=pv, p=p):
+                return S90.forward(p, (br, bc), pv_n=pv, variant=vn)[0]
+        else:
+            def f(var=var):
+                S90.DEFAULT_VARIANT = var
+                return cuflash.attention(q, k, v, causal=causal)
         fns[var] = f
     if th is not None:
         torch, SDPBackend, sdpa_kernel = th
