@@ -176,7 +176,8 @@ def stream_counters(device_id: int):
     """Two zeroed ``uint32`` for this device and the current stream: the work counter and the blocks-done counter
     of the kernels whose blocks claim their work as they go (``norm_fwd_stream``, the persistent attention
     forward). Every such launch leaves them zero (its last block out resets them), so launches on one stream (which
-    are ordered) share them; launches on two streams may overlap, hence one pair per stream."""
+    are ordered) share them; launches on two streams may overlap, hence one pair per stream. A CUDA graph captured
+    on one stream keeps that stream's pair: two replays of it must not run at the same time."""
     import cupy
 
     key = (device_id, cupy.cuda.get_current_stream().ptr)
