@@ -128,6 +128,23 @@ PIN_OPTIONS = ARCH_OPTIONS + ("-DCUFLASH_FWD_PIN=1",)
 PIN_VARIANTS = ("tma", "tmap")
 
 
+# The persistent variant takes a masked problem's work tiles longest first within groups of heads whose K and V
+# together fit LPT_GROUP_BYTES (sm90_work_tile: one head at a time, the last head's longest tiles start last; the
+# group keeps the K and V the running blocks read within L2). 0: one head at a time (the order of the
+# non-persistent grid). Unmasked problems, whose tiles are all alike, keep one head at a time.
+LPT_GROUP_BYTES = 16 << 20
+
+
+def group_heads(p, d: int) -> int:
+    """Heads per longest-first group of the persistent variant's work list (see LPT_GROUP_BYTES)."""
+    left, right = p.window
+    if not LPT_GROUP_BYTES or (left < 0 and right < 0):
+        return 1
+    kv = max(1, 2 * p.seqlen_k * d * np.dtype(p.dtype).itemsize // p.group)  # K and V bytes per query head
+    n_q = -(-p.seqlen_q // 64)  # (at least the Q tiles of any Br; the kernel's group index math is 32-bit)
+    return int(max(1, min(p.batch * p.heads_q, LPT_GROUP_BYTES // kv, (2**31 - 1) // max(1, n_q))))
+
+
 def compile_options(variant: str) -> tuple[str, ...]:
     """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on)."""
     return PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
@@ -422,7 +439,9 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
                                      f"{TILES[(var, d)]}")
         # the persistent grid's work counters (per stream; every launch leaves them zero)
         sched = _compile.stream_counters(p.q.device.id) if var in PERSISTENT else np.uintp(0)
-        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)) + (sched, np.int32(B))
+        grp = group_heads(p, d) if var in PERSISTENT else 1
+        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)) + (sched, np.int32(B),
+                                                                                           np.int32(grp))
     opts = compile_options(var)
     pin = opts == PIN_OPTIONS
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), opts)

@@ -221,6 +221,21 @@ def test_declared_with_sm90a():
     assert len(study) == tma and all(e[2] == S90.ARCH_OPTIONS for e in study)
 
 
+def test_group_heads():
+    """Longest-first groups: one head at a time unmasked (or with LPT_GROUP_BYTES = 0); masked, as many heads as
+    LPT_GROUP_BYTES holds of K and V (per query head: GQA shares them), at most batch x heads."""
+    class P:
+        batch, heads_q, seqlen_q, seqlen_k, dtype, window, group = 8, 16, 2048, 2048, np.dtype(BF16), (-1, -1), 1
+
+    assert S90.group_heads(P(), 128) == 1
+    P.window = (-1, 0)
+    assert S90.group_heads(P(), 128) == S90.LPT_GROUP_BYTES // (2 * 2048 * 128 * 2)
+    P.group = 4
+    assert S90.group_heads(P(), 128) == min(128, 4 * S90.LPT_GROUP_BYTES // (2 * 2048 * 128 * 2))
+    P.seqlen_k, P.group = 1 << 22, 1
+    assert S90.group_heads(P(), 128) == 1
+
+
 def test_kernel_head_dim_and_choices():
     assert [S90.kernel_head_dim(d) for d in (1, 32, 64, 65, 96, 128)] == [64, 64, 64, 128, 128, 128]
     with pytest.raises(ValueError):
@@ -323,6 +338,27 @@ def test_persistent_blocks_take_several_tiles(cp, rng, head_dim, mask):
         o0, l0 = run(q, k, v, causal, None, window, variant="tma", block_sizes=(br, bc), pv_n=pv)
         assert bool(cp.array_equal(o0.view(cp.uint16), o1.view(cp.uint16))), f"tmap != tma {sq}x{sk}"
         assert bool(cp.array_equal(l0.view(cp.uint32), l1.view(cp.uint32))), f"tmap lse != tma {sq}x{sk}"
+
+
+@pytest.mark.parametrize("group", [1, 3, 16])
+@pytest.mark.gpu
+@pytest.mark.skipif(not _is_sm90(), reason="needs a compute capability 9.0 GPU")
+def test_persistent_longest_first_groups(cp, rng, monkeypatch, group):
+    """The persistent variant's longest-first groups of heads (LPT_GROUP_BYTES sized for ``group`` heads; 2 x 8
+    (batch, head) pairs, so groups of 3 leave a last group of 1) cover every work tile exactly once: causal and
+    right-windowed, output and lse bitwise equal to 'tma' with the same tile."""
+    d, sq, sk = 64, 1500, 1700
+    monkeypatch.setattr(S90, "LPT_GROUP_BYTES", group * 2 * sk * d * 2)
+    q = randn(cp, rng, (2, 8, sq, d), BF16)
+    k = randn(cp, rng, (2, 8, sk, d), BF16)
+    v = randn(cp, rng, (2, 8, sk, d), BF16)
+    for causal, window in ((True, (-1, -1)), (False, (300, 20))):
+        assert S90.group_heads(prepare(q, k, v, causal=causal, window_size=window), d) == group
+        o1, l1 = check(q, k, v, causal, None, window, what=f"groups of {group}", variant="tmap")
+        br, bc, pv = S90.default_tile("tmap", d, sq, sk)
+        o0, l0 = run(q, k, v, causal, None, window, variant="tma", block_sizes=(br, bc), pv_n=pv)
+        assert bool(cp.array_equal(o0.view(cp.uint16), o1.view(cp.uint16))), f"tmap != tma, groups of {group}"
+        assert bool(cp.array_equal(l0.view(cp.uint32), l1.view(cp.uint32))), f"tmap lse != tma, groups of {group}"
 
 
 @pytest.mark.gpu

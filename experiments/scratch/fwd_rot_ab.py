@@ -27,6 +27,8 @@ from cuflash._attn_common import prepare
 from _common import half_to_torch, sdpa_peers
 
 th = sdpa_peers("fwd_rot_ab")
+# the module settings a contender may change ("%NAME=V"), restored for the others
+DEFAULTS = {k: getattr(S90, k) for spec in a.vars for kv in spec.split("%")[1:] for k in [kv.split("=")[0]]}
 DT = {"bfloat16": cuflash.bfloat16, "float16": np.float16}[a.dtype]
 rng = np.random.default_rng(0)
 rows = []
@@ -36,19 +38,27 @@ for d, n, causal in itertools.product(a.head_dims, a.seqlens, causals):
     q, k, v = (cp.asarray(rng.standard_normal((B, H, n, d), dtype=np.float32)).astype(DT) for _ in range(3))
     F = 4.0 * B * H * n * n * d / (2 if causal else 1)
     fns = {}
-    for var in a.vars:  # "tmap", or "tmap@128x128x64": that variant with block_sizes (128, 128) and pv_n 64
+    # "tmap", "tmap@128x128x64" (that variant with block_sizes (128, 128) and pv_n 64), "auto%LPT_GROUP_BYTES=0"
+    # (with that _attention_sm90 module setting)
+    for spec in a.vars:
+        var, *sets = spec.split("%")
+        sets = {k: int(v) for k, v in (kv.split("=") for kv in sets)}
         if "@" in var:
             vn, tile = var.split("@")
             br, bc, pv = (int(x) for x in tile.split("x"))
             p = prepare(q, k, v, causal=causal)
 
-            def f(vn=vn, br=br, bc=bc, pv=pv, p=p):
+            def f(vn=vn, br=br, bc=bc, pv=pv, p=p, sets=sets):
+                for key, val in {**DEFAULTS, **sets}.items():
+                    setattr(S90, key, val)
                 return S90.forward(p, (br, bc), pv_n=pv, variant=vn)[0]
         else:
-            def f(var=var):
+            def f(var=var, sets=sets):
+                for key, val in {**DEFAULTS, **sets}.items():
+                    setattr(S90, key, val)
                 S90.DEFAULT_VARIANT = var
                 return cuflash.attention(q, k, v, causal=causal)
-        fns[var] = f
+        fns[spec] = f
     if th is not None:
         torch, SDPBackend, sdpa_kernel = th
         tq, tk, tv = (half_to_torch(torch, x, unsigned=True) for x in (q, k, v))
@@ -67,7 +77,9 @@ for d, n, causal in itertools.product(a.head_dims, a.seqlens, causals):
             order = order[::-1]
         for nm in order:
             ms[nm].append(bench.time_cuda(fns[nm], warmup=1, rep=a.rep)["median_ms"])
-    S90.DEFAULT_VARIANT = a.vars[0]
+    S90.DEFAULT_VARIANT = a.vars[0].split("%")[0].split("@")[0]
+    for key, val in DEFAULTS.items():
+        setattr(S90, key, val)
     row = {"head_dim": d, "seqlen": n, "causal": causal, "bitwise_equal": equal}
     for nm in names:
         row[f"ms_{nm}"] = ms[nm]
