@@ -14,11 +14,11 @@ mbarriers by transaction bytes (``setmaxnreg`` gives the producer's registers to
 warpgroups that issue ``S_j`` together with ``P_{j-1}·V_{j-1}`` and run the softmax of ``S_j`` while the latter is
 in flight (FA-3 intra-warpgroup pipelining), their wgmma issues alternated by named barriers (FA-3 ping-pong);
 ``"tmap"``: ``"tma"`` on a persistent grid (one block per SM, two with the Br = 64 tile; FA-3's persistent kernel
-with its dynamic tile scheduler): each block's producer claims the next work tile (Q tile, head, batch; longest
-causal tile first, in the order the hardware starts the non-persistent grid's blocks) from a counter as its block
-frees up, loads that tile's Q by TMA and keeps its K/V ring running across tiles, so the next tile's loads
-overlap the current tile's last P·V and epilogue (O stored from registers) and the block start-up is paid once
-per SM;
+with its dynamic tile scheduler): each block's producer claims the next work tile (Q tile, head, batch; on a masked
+problem longest first within groups of heads whose K and V fit ``LPT_GROUP_BYTES`` in L2, unmasked one head at a
+time as the hardware starts the non-persistent grid's blocks) from a counter as its block frees up, loads that
+tile's Q by TMA and keeps its K/V ring running across tiles, so the next tile's loads overlap the current tile's
+last P·V and epilogue (O stored from registers) and the block start-up is paid once per SM;
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
