@@ -131,14 +131,18 @@ PIN_VARIANTS = ("tma", "tmap")
 # The persistent variant takes a masked problem's work tiles longest first within groups of heads whose K and V
 # together fit LPT_GROUP_BYTES (sm90_work_tile: one head at a time, the last head's longest tiles start last; the
 # group keeps the K and V the running blocks read within L2). 0: one head at a time (the order of the
-# non-persistent grid). Unmasked problems, whose tiles are all alike, keep one head at a time.
+# non-persistent grid). Unmasked problems, whose tiles are all alike, keep one head at a time, and so do problems
+# of fewer than LPT_MIN_SEQLEN queries: rotated same-run A/B, causal, bfloat16 (logs/lpt_rot_ab_ee49e07.json):
+# 1.03-1.05x from 2K (head_dim 64 and 128 where tmap runs), 1.02x / 1.00x at 1K (head_dim 64 / 128); at 512 the
+# attention bench read 0.93x (its f48d085 run against 6e08925's).
 LPT_GROUP_BYTES = 16 << 20
+LPT_MIN_SEQLEN = 2048
 
 
 def group_heads(p, d: int) -> int:
     """Heads per longest-first group of the persistent variant's work list (see LPT_GROUP_BYTES)."""
     left, right = p.window
-    if not LPT_GROUP_BYTES or (left < 0 and right < 0):
+    if not LPT_GROUP_BYTES or (left < 0 and right < 0) or p.seqlen_q < LPT_MIN_SEQLEN:
         return 1
     kv = max(1, 2 * p.seqlen_k * d * np.dtype(p.dtype).itemsize // p.group)  # K and V bytes per query head
     n_q = -(-p.seqlen_q // 64)  # (at least the Q tiles of any Br; the kernel's group index math is 32-bit)

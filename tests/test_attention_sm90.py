@@ -234,6 +234,8 @@ def test_group_heads():
     assert S90.group_heads(P(), 128) == min(128, 4 * S90.LPT_GROUP_BYTES // (2 * 2048 * 128 * 2))
     P.seqlen_k, P.group = 1 << 22, 1
     assert S90.group_heads(P(), 128) == 1
+    P.seqlen_q, P.seqlen_k = S90.LPT_MIN_SEQLEN - 1, 2048
+    assert S90.group_heads(P(), 128) == 1
 
 
 def test_kernel_head_dim_and_choices():
@@ -349,6 +351,7 @@ def test_persistent_longest_first_groups(cp, rng, monkeypatch, group):
     right-windowed, output and lse bitwise equal to 'tma' with the same tile."""
     d, sq, sk = 64, 1500, 1700
     monkeypatch.setattr(S90, "LPT_GROUP_BYTES", group * 2 * sk * d * 2)
+    monkeypatch.setattr(S90, "LPT_MIN_SEQLEN", sq)
     q = randn(cp, rng, (2, 8, sq, d), BF16)
     k = randn(cp, rng, (2, 8, sk, d), BF16)
     v = randn(cp, rng, (2, 8, sk, d), BF16)
