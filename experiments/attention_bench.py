@@ -116,6 +116,11 @@ def main(argv=None) -> int:
             try:
                 fns["wgmma"] = lambda: A.attention(q, k, v, causal=causal, schedule="wgmma")
                 row["wgmma_err"] = err(fns["wgmma"]())
+                # the variant and tile it ran ("auto": tmap or tma by shape)
+                from cuflash import _attention_sm90 as S90
+                from cuflash._attn_common import prepare
+
+                row["wgmma_config"] = "{} {}x{} pv_n {}".format(*S90.choose(prepare(q, k, v, causal=causal)))
             except Exception as e:
                 fns.pop("wgmma")
                 row["wgmma_tflops"] = None
