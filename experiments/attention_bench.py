@@ -87,6 +87,8 @@ def main(argv=None) -> int:
     import cupy as cp
     from tqdm import tqdm
     A = importlib.import_module("cuflash.attention")
+    from cuflash import _attention_sm90 as S90
+    from cuflash._attn_common import prepare
     from cuflash._dtypes import bfloat16
 
     th = None if a.no_torch else sdpa_peers("attention_bench")
@@ -117,9 +119,6 @@ def main(argv=None) -> int:
                 fns["wgmma"] = lambda: A.attention(q, k, v, causal=causal, schedule="wgmma")
                 row["wgmma_err"] = err(fns["wgmma"]())
                 # the variant and tile it ran ("auto": tmap or tma by shape)
-                from cuflash import _attention_sm90 as S90
-                from cuflash._attn_common import prepare
-
                 row["wgmma_config"] = "{} {}x{} pv_n {}".format(*S90.choose(prepare(q, k, v, causal=causal)))
             except Exception as e:
                 fns.pop("wgmma")
