@@ -36,6 +36,9 @@
 #ifndef CUFLASH_FWD_PIN
 #define CUFLASH_FWD_PIN 0
 #endif
+#ifndef CUFLASH_FWD_XTURN
+#define CUFLASH_FWD_XTURN 1
+#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -512,12 +515,16 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     const int c = __shfl_sync(0xffffffffu, wg - 1, 0);
     const unsigned sQw = sQ + c * 64 * 128;
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
+    bool turns_started = false;  // (ping-pong) the first turn has been given
     for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
       i64 u = 0;
       if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
         mbar_wait(bar_qfull, w & 1);
         asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(work_slot) : "memory");
-        if (u >= n_work) break;
+        if (u >= n_work) {  // none left; consumer 0 takes consumer 1's last pass of the turn
+          if (PINGPONG && CUFLASH_FWD_XTURN && c == 0 && turns_started) named_bar_sync(BAR_SCHED + 0, 256);
+          break;
+        }
       }
       const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right,
                                                             group_heads);
@@ -557,19 +564,25 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       unsigned pa[Bc / 16][4];
       float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
 
-      // Ping-pong turns: consumer c waits on BAR_SCHED + c before issuing, then hands the turn to the other
-      // (except after its last issue block if it is consumer 1: consumer 0 then has no block left to issue).
+      // Ping-pong turns: consumer c waits on BAR_SCHED + c before issuing, then hands the turn to the other.
       // Both consumers issue n_tiles + 1 blocks per work tile, so the turns balance within each work tile.
+      // One work tile: consumer 1 does not pass after its last block (consumer 0 has none left). Persistent
+      // (XTURN): the turns run on across work tiles, so that consumer 0 issues the next tile's first S as soon as
+      // consumer 1 has issued its last P V, while consumer 1 writes its O, instead of waiting for consumer 1 to
+      // start the next tile (an idle tensor pipe at every work-tile boundary); consumer 0 takes the last pass
+      // when no tile is left.
+      constexpr bool XTURN = PERSIST && CUFLASH_FWD_XTURN;
       auto turn_wait = [&]() {
         if constexpr (PINGPONG) named_bar_sync(BAR_SCHED + c, 256);
       };
       auto turn_pass = [&](bool last) {
         if constexpr (PINGPONG) {
-          if (!(last && c == 1)) named_bar_arrive(BAR_SCHED + (c ^ 1), 256);
+          if (XTURN || !(last && c == 1)) named_bar_arrive(BAR_SCHED + (c ^ 1), 256);
         }
       };
       if (n_tiles > 0) {
-        if (PINGPONG && c == 1) named_bar_arrive(BAR_SCHED + 0, 256);  // consumer 0 issues first
+        if (PINGPONG && c == 1 && !(XTURN && turns_started)) named_bar_arrive(BAR_SCHED + 0, 256);  // 0 first
+        turns_started = true;
 
         // ---- tile 0: S_0, softmax ----
         mbar_wait(bar_full + 8 * (g % STAGES), (g / STAGES) & 1);  // (the copies are async-proxy writes)
