@@ -36,6 +36,9 @@
 #ifndef CUFLASH_FWD_PIN
 #define CUFLASH_FWD_PIN 0
 #endif
+#ifndef CUFLASH_FWD_NOSTORE  // study only (wip): the persistent epilogue without its O stores
+#define CUFLASH_FWD_NOSTORE 0
+#endif
 #ifndef CUFLASH_FWD_XTURN
 #define CUFLASH_FWD_XTURN 1
 #endif
@@ -189,6 +192,7 @@ __device__ __forceinline__ void epilogue_direct(const float (&o)[NPV][OREG], con
     row[r] = wrow0 + warp * 16 + g + 8 * r;
     if (t == 0 && row[r] < seqlen_q) lp[row[r]] = lt == 0.f ? -INFINITY : (m2[r] + log2f(lt)) * 0.69314718055994531f;
   }
+#if !CUFLASH_FWD_NOSTORE
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= seqlen_q) continue;
@@ -199,6 +203,7 @@ __device__ __forceinline__ void epilogue_direct(const float (&o)[NPV][OREG], con
       for (int i = 0; i < OREG / 4; ++i)
         dst[(n * PVN + i * 8) / 2] = pack2<T>(o[n][4 * i + 2 * r] * inv[r], o[n][4 * i + 2 * r + 1] * inv[r]);
   }
+#endif
 }
 
 // One work tile: query rows [q0, q0 + Br) of head h of batch b, and the K/V tiles [j_lo, j_lo + n_tiles) of Bc

@@ -152,12 +152,15 @@ def group_heads(p, d: int) -> int:
 # The persistent kernel's ping-pong turns run on across work tiles (CUFLASH_FWD_XTURN, the kernel's comment);
 # XTURN = 0 compiles the turn order that restarts with every work tile, for study (same output bits).
 XTURN = 1
+NOSTORE = 0  # study only (wip)
 
 
 def compile_options(variant: str) -> tuple[str, ...]:
     """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on)."""
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
-    return opts if XTURN or variant not in PERSISTENT else opts + ("-DCUFLASH_FWD_XTURN=0",)
+    if variant in PERSISTENT:
+        opts = opts + (() if XTURN else ("-DCUFLASH_FWD_XTURN=0",)) + (("-DCUFLASH_FWD_NOSTORE=1",) if NOSTORE else ())
+    return opts
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
