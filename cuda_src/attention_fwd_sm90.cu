@@ -192,10 +192,9 @@ __device__ __forceinline__ void epilogue_direct(const float (&o)[NPV][OREG], con
     row[r] = wrow0 + warp * 16 + g + 8 * r;
     if (t == 0 && row[r] < seqlen_q) lp[row[r]] = lt == 0.f ? -INFINITY : (m2[r] + log2f(lt)) * 0.69314718055994531f;
   }
-#if !CUFLASH_FWD_NOSTORE
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (row[r] >= seqlen_q) continue;
+    if (row[r] >= seqlen_q || (CUFLASH_FWD_NOSTORE && o_ss >= 0)) continue;  // (NOSTORE: never stores)
     unsigned* dst = reinterpret_cast<unsigned*>(op + (i64)row[r] * o_ss + 2 * t);
 #pragma unroll
     for (int n = 0; n < NPV; ++n)
@@ -203,7 +202,6 @@ __device__ __forceinline__ void epilogue_direct(const float (&o)[NPV][OREG], con
       for (int i = 0; i < OREG / 4; ++i)
         dst[(n * PVN + i * 8) / 2] = pack2<T>(o[n][4 * i + 2 * r] * inv[r], o[n][4 * i + 2 * r + 1] * inv[r]);
   }
-#endif
 }
 
 // One work tile: query rows [q0, q0 + Br) of head h of batch b, and the K/V tiles [j_lo, j_lo + n_tiles) of Bc
