@@ -39,6 +39,9 @@
 #ifndef CUFLASH_FWD_NOSTORE  // study only (wip): the persistent epilogue without its O stores
 #define CUFLASH_FWD_NOSTORE 0
 #endif
+#ifndef CUFLASH_FWD_OSTAGE
+#define CUFLASH_FWD_OSTAGE 1
+#endif
 #ifndef CUFLASH_FWD_XTURN
 #define CUFLASH_FWD_XTURN 1
 #endif
@@ -133,11 +136,11 @@ __device__ __forceinline__ bool tile_needs_mask(int k0, int r0, int seqlen_k, in
 
 // Epilogue of one warpgroup: O / l (0 for a row that saw no key), lse = (m2 + log2 l) * ln 2. Each warp stages
 // its 16 rows in its own rows of the warpgroup's Q region (sOw: generic pointer, 64-column blocks BR rows
-// apart, swizzled like Q), then writes 16-byte chunks.
-template <typename T, int HEAD_DIM, int BR, int NPV, int OREG>
-__device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const float (&l)[2], const float (&m2)[2],
-                                         unsigned char* sOw, T* op, i64 o_ss, float* lp, int wrow0, int warp,
-                                         int lane, int seqlen_q) {
+// apart, swizzled like Q; stage_o, which the persistent kernel uses alone, on a K tile, before a tensor-map
+// store), then writes 16-byte chunks.
+template <typename T, int BR, int NPV, int OREG>
+__device__ __forceinline__ void stage_o(const float (&o)[NPV][OREG], const float (&l)[2], const float (&m2)[2],
+                                        unsigned char* sOw, float* lp, int wrow0, int warp, int lane, int seqlen_q) {
   constexpr int PVN = OREG * 2;
   const int g = lane >> 2, t = lane & 3;
   const int ra = warp * 16 + g, rb = ra + 8;  // rows inside the warpgroup
@@ -162,6 +165,12 @@ __device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const floa
       *reinterpret_cast<unsigned*>(sOw + sw128_offset<BR>(rb, col)) =
           pack2<T>(o[n][4 * i + 2] * inv[1], o[n][4 * i + 3] * inv[1]);
     }
+}
+template <typename T, int HEAD_DIM, int BR, int NPV, int OREG>
+__device__ __forceinline__ void epilogue(const float (&o)[NPV][OREG], const float (&l)[2], const float (&m2)[2],
+                                         unsigned char* sOw, T* op, i64 o_ss, float* lp, int wrow0, int warp,
+                                         int lane, int seqlen_q) {
+  stage_o<T, BR>(o, l, m2, sOw, lp, wrow0, warp, lane, seqlen_q);
   __syncwarp();
   constexpr int CH = HEAD_DIM / 8;
 #pragma unroll
@@ -381,8 +390,9 @@ template <typename T, int HEAD_DIM, int NWG, int Bc, int PVN, int STAGES, bool P
           int CONSUMER_REGS, bool TMA, bool PERSIST>
 __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     attention_fwd_sm90_ws(SM90_KERNEL_PARAMS, const __grid_constant__ TmaMap tmap_k,
-                          const __grid_constant__ TmaMap tmap_v, const __grid_constant__ TmaMap tmap_q, unsigned* __restrict__ sched,
-                          int batch, int group_heads) {
+                          const __grid_constant__ TmaMap tmap_v, const __grid_constant__ TmaMap tmap_q,
+                          const __grid_constant__ TmaMap tmap_o, unsigned* __restrict__ sched, int batch,
+                          int group_heads) {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head_dim 64 or 128");
   static_assert(Bc == 64 || Bc == 128, "Bc 64 or 128");
   static_assert(PVN == 64 || PVN == HEAD_DIM, "PVN");
@@ -394,7 +404,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   constexpr int Br = 64 * NWG;
   constexpr int Q_BYTES = Br * HEAD_DIM * 2, KV_BYTES = Bc * HEAD_DIM * 2;
   constexpr int NPV = HEAD_DIM / PVN, OREG = PVN / 2;
-  constexpr int BAR_Q = 1, BAR_SCHED = 1 + NWG;  // named barriers: Q ready per consumer; ping-pong turn x2
+  // OSTAGE (persistent, ping-pong): each consumer writes O / l of a work tile into its 64 rows of the K tile of
+  // the tile's last K/V stage (free once both consumers' last S has read it: BAR_KFREE), and one thread stores
+  // them with the O tensor map (tmap_o); the stage is released once the copy engine has read it, when the
+  // consumer starts its next work tile. Stored from registers instead (epilogue_direct: 4-byte stores, 32 a
+  // thread at head_dim 128), O cost 7 % of a launch at head_dim 128 2K (the stores left out: 1.07x).
+  constexpr bool OSTAGE = PERSIST && PINGPONG && CUFLASH_FWD_OSTAGE;
+  // named barriers: Q ready per consumer (OSTAGE: O staged, per consumer); ping-pong turn x2; K tile free x2
+  constexpr int BAR_Q = 1, BAR_SCHED = 1 + NWG, BAR_KFREE = 1 + 2 * NWG;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -519,11 +536,20 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     const unsigned sQw = sQ + c * 64 * 128;
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
     bool turns_started = false;  // (ping-pong) the first turn has been given
+    int o_stage = -1;            // (OSTAGE) the stage whose K tile holds the previous work tile's O being stored
     for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
       i64 u = 0;
       if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
         mbar_wait(bar_qfull, w & 1);
         asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(work_slot) : "memory");
+        if (OSTAGE && o_stage >= 0) {  // the previous O has left shared memory: release its stage
+          if ((tid & 127) == 0) {
+            bulk_wait_read<0>();
+            mbar_arrive_cnt(bar_empty + 8 * o_stage, 4);  // for the warpgroup's 4 warps
+          }
+          __syncwarp();
+          o_stage = -1;
+        }
         if (u >= n_work) {  // none left; consumer 0 takes consumer 1's last pass of the turn
           if (PINGPONG && CUFLASH_FWD_XTURN && c == 0 && turns_started) named_bar_sync(BAR_SCHED + 0, 256);
           break;
@@ -546,6 +572,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           __syncwarp();
           if (lane == 0) mbar_arrive(bar_qempty);
         }
+      };
+      auto last_s_done = [&]() {  // this warpgroup's last S has completed: Q and (OSTAGE) the last K tile read
+        release_q();
+        if constexpr (OSTAGE) named_bar_arrive(BAR_KFREE + (c ^ 1), 256);
       };
       if (!PERSIST) {  // this warpgroup's 64 Q rows
         const T* qp = q + b * q_sb + h * q_sh;
@@ -597,7 +627,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         turn_pass(false);
         wgmma_wait<0>();
         fence_regs(s);
-        if (n_tiles == 1) release_q();
+        if (n_tiles == 1) last_s_done();
         softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(j_lo * Bc, wrow0, seqlen_k, shift, left, right),
                          j_lo * Bc, row_a, t, seqlen_k, shift, left, right, scale_log2);
         pack_p<T, Bc>(pa, s);
@@ -619,7 +649,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           turn_pass(false);
           wgmma_wait<1>();  // S_it done (P V still in flight)
           fence_regs(s);
-          if (it == n_tiles - 1) release_q();
+          if (it == n_tiles - 1) last_s_done();
           softmax_step<Bc>(s, m2, l, alpha, tile_needs_mask<Bc>(k0, wrow0, seqlen_k, shift, left, right), k0,
                            row_a, t, seqlen_k, shift, left, right, scale_log2);
           fence_regs(s);    // keep the softmax above the wait (it overlaps the P V wgmma in flight)
@@ -656,7 +686,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         wgmma_wait<0>();
         fence_regs(o);
         __syncwarp();
-        if (lane == 0) mbar_arrive(bar_empty + 8 * lst);
+        if (lane == 0 && !OSTAGE) mbar_arrive(bar_empty + 8 * lst);  // (OSTAGE: after O is stored from it)
       }
       for (int it = n_tiles; it < wk.n_tiles; ++it) {  // the trailing tiles no row of this warpgroup sees
         const int gi = g + it;
@@ -664,16 +694,33 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(bar_empty + 8 * (gi % STAGES));
       }
-      g += wk.n_tiles;
       if constexpr (PERSIST) {
+        float* const lp = lse + ((i64)b * heads_q + h) * seqlen_q;
         if (n_tiles == 0) release_q();
-        epilogue_direct<T>(o, l, m2, out + b * o_sb + h * o_sh, o_ss, lse + ((i64)b * heads_q + h) * seqlen_q,
-                           wrow0, warp, lane, seqlen_q);
+        if (OSTAGE && n_tiles > 0) {
+          const int lst = (g + n_tiles - 1) % STAGES;
+          const unsigned sO = sK + lst * KV_BYTES + c * 64 * 128;  // this warpgroup's rows of that K tile
+          named_bar_sync(BAR_KFREE + c, 256);                      // the other consumer's last S has read it
+          stage_o<T, Bc>(o, l, m2, sgen + (sO - sbase), lp, wrow0, warp, lane, seqlen_q);
+          fence_proxy_async();  // the generic-proxy writes, visible to the copy engine
+          named_bar_sync(BAR_Q + c, 128);
+          if ((tid & 127) == 0) {
+#pragma unroll
+            for (int blk = 0; blk < HEAD_DIM / 64; ++blk) tma_store_4d(&tmap_o, sO + blk * (Bc * 128), blk * 64, wrow0, h, b);
+            bulk_commit();
+          }
+          o_stage = lst;
+        } else {
+          epilogue_direct<T>(o, l, m2, out + b * o_sb + h * o_sh, o_ss, lp, wrow0, warp, lane, seqlen_q);
+        }
+        g += wk.n_tiles;
       } else {
+        g += wk.n_tiles;
         epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
                                   lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
       }
     }
+    if (OSTAGE && (tid & 127) == 0) bulk_wait_all();  // the last O stores have completed
   }
 }
 

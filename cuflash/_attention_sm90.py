@@ -153,13 +153,15 @@ def group_heads(p, d: int) -> int:
 # XTURN = 0 compiles the turn order that restarts with every work tile, for study (same output bits).
 XTURN = 1
 NOSTORE = 0  # study only (wip)
+OSTAGE = 1
 
 
 def compile_options(variant: str) -> tuple[str, ...]:
     """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on)."""
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
     if variant in PERSISTENT:
-        opts = opts + (() if XTURN else ("-DCUFLASH_FWD_XTURN=0",)) + (("-DCUFLASH_FWD_NOSTORE=1",) if NOSTORE else ())
+        opts = opts + (() if XTURN else ("-DCUFLASH_FWD_XTURN=0",)) + (("-DCUFLASH_FWD_NOSTORE=1",) if NOSTORE else ()) \
+            + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",))
     return opts
 
 
@@ -434,9 +436,10 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
             kmap = tensor_map(kk, bc) if Sk else _ZERO_MAP  # no key: no K/V tile is ever loaded
             vmap = tensor_map(vv, bc) if Sk else _ZERO_MAP
             qmap = tensor_map(qq, br) if var in PERSISTENT else _ZERO_MAP  # the persistent producer loads Q too
-            if qmap is None and kmap is not None and vmap is not None and not explicit:
-                var, qmap = "tma", _ZERO_MAP  # Q not describable: the same tile on the non-persistent grid
-            maps = (kmap, vmap, qmap)
+            omap = tensor_map(out, 64) if var in PERSISTENT else _ZERO_MAP  # ... and stores O (64-row boxes)
+            if (qmap is None or omap is None) and kmap is not None and vmap is not None and not explicit:
+                var, qmap, omap = "tma", _ZERO_MAP, _ZERO_MAP  # not describable: the same tile, non-persistent
+            maps = (kmap, vmap, qmap, omap)
             if any(m is None for m in maps):  # not describable by a tensor map: the cp.async producer
                 if explicit:
                     raise ValueError(f"variant {var!r} needs K and V (and Q for {PERSISTENT}) with 16-byte aligned "
@@ -453,7 +456,7 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
         # the persistent grid's work counters (per stream; every launch leaves them zero)
         sched = _compile.stream_counters(p.q.device.id) if var in PERSISTENT else np.uintp(0)
         grp = group_heads(p, d) if var in PERSISTENT else 1
-        args = args + (maps if maps is not None else (_ZERO_MAP, _ZERO_MAP, _ZERO_MAP)) + (sched, np.int32(B),
+        args = args + (maps if maps is not None else (_ZERO_MAP,) * 4) + (sched, np.int32(B),
                                                                                            np.int32(grp))
     opts = compile_options(var)
     pin = opts == PIN_OPTIONS

@@ -3,6 +3,7 @@
 //   mbar_init(a, count)          the phase completes after `count` arrivals (one thread, before any use; then
 //                                fence.mbarrier_init and a barrier before other threads or blocks touch it)
 //   mbar_arrive(a)               one arrival, release semantics
+//   mbar_arrive_cnt(a, n)        n arrivals at once (sm_90)
 //   mbar_arrive_expect_tx(a, n)  one arrival that also raises the phase's expected transaction count by n bytes:
 //                                the phase completes once every arrival is in and that many bytes have landed
 //   mbar_wait(a, parity)         blocks until the phase with that parity has completed (acquire, CTA scope)
@@ -18,6 +19,12 @@ __device__ __forceinline__ void mbar_init(unsigned addr, unsigned count) {
 __device__ __forceinline__ void mbar_arrive(unsigned addr) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
 }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// `count` arrivals at once (sm_90)
+__device__ __forceinline__ void mbar_arrive_cnt(unsigned addr, unsigned count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+#endif
 __device__ __forceinline__ void mbar_wait(unsigned addr, unsigned parity) {
   unsigned done = 0;
   do {
