@@ -36,14 +36,8 @@
 #ifndef CUFLASH_FWD_PIN
 #define CUFLASH_FWD_PIN 0
 #endif
-#ifndef CUFLASH_FWD_NOSTORE  // study only (wip): the persistent epilogue without its O stores
-#define CUFLASH_FWD_NOSTORE 0
-#endif
 #ifndef CUFLASH_FWD_OSTAGE
 #define CUFLASH_FWD_OSTAGE 1
-#endif
-#ifndef CUFLASH_FWD_XTURN
-#define CUFLASH_FWD_XTURN 1
 #endif
 
 #ifndef INFINITY
@@ -203,7 +197,7 @@ __device__ __forceinline__ void epilogue_direct(const float (&o)[NPV][OREG], con
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (row[r] >= seqlen_q || (CUFLASH_FWD_NOSTORE && o_ss >= 0)) continue;  // (NOSTORE: never stores)
+    if (row[r] >= seqlen_q) continue;
     unsigned* dst = reinterpret_cast<unsigned*>(op + (i64)row[r] * o_ss + 2 * t);
 #pragma unroll
     for (int n = 0; n < NPV; ++n)
@@ -371,9 +365,9 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
 // PERSIST (with TMA): a persistent grid (one block per SM, two at Br = 64) over the list of work tiles ordered by Q
-// tile (longest causal tile first) and head within groups of group_heads heads (sm90_work_tile). Block c starts with tile u = c; then
-// its producer claims the next from the counter sched[0] (u = gridDim.x + atomicAdd), once the current tile's K/V
-// loads are issued: the tiles go to the blocks as they free up, as the hardware hands out the blocks of the
+// tile (longest causal tile first) and head within groups of group_heads heads (sm90_work_tile). Block c starts
+// with tile u = c; then its producer claims the next from the counter sched[0] (u = gridDim.x + atomicAdd), once
+// the current tile's K/V loads are issued: the tiles go to the blocks as they free up, as the hardware hands out the blocks of the
 // non-persistent grid (a fixed share, u = c, c + gridDim.x, ..., waits for the slowest SM, and on causal masks
 // for the block with the longest tiles). The producer passes u to the consumers in a shared-memory slot published
 // by the Q tile's "full" mbarrier; u >= n_work (no tile left) ends both. The last block out (sched[1] counts them)
@@ -381,7 +375,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
 // the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
 // the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of
-// once per Q tile.
+// once per Q tile. O leaves by the tensor memory accelerator too, through tmap_o (OSTAGE, below; with ping-pong).
 // NWG == 1 (Br = 64): two blocks per SM (launch bounds of 128 registers a thread; the producer's setmaxnreg
 // down to PRODUCER_REGS pays for the consumer's rise to CONSUMER_REGS, PRODUCER_REGS + CONSUMER_REGS <= 256),
 // so one block's prologue (Q load, first K/V tile) and epilogue overlap the other's tile loop: short sequences,
@@ -551,7 +545,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           o_stage = -1;
         }
         if (u >= n_work) {  // none left; consumer 0 takes consumer 1's last pass of the turn
-          if (PINGPONG && CUFLASH_FWD_XTURN && c == 0 && turns_started) named_bar_sync(BAR_SCHED + 0, 256);
+          if (PINGPONG && c == 0 && turns_started) named_bar_sync(BAR_SCHED + 0, 256);
           break;
         }
       }
@@ -601,10 +595,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       // Both consumers issue n_tiles + 1 blocks per work tile, so the turns balance within each work tile.
       // One work tile: consumer 1 does not pass after its last block (consumer 0 has none left). Persistent
       // (XTURN): the turns run on across work tiles, so that consumer 0 issues the next tile's first S as soon as
-      // consumer 1 has issued its last P V, while consumer 1 writes its O, instead of waiting for consumer 1 to
-      // start the next tile (an idle tensor pipe at every work-tile boundary); consumer 0 takes the last pass
-      // when no tile is left.
-      constexpr bool XTURN = PERSIST && CUFLASH_FWD_XTURN;
+      // consumer 1 has issued its last P V, instead of waiting for consumer 1 to start the next tile; consumer 0
+      // takes the last pass when no tile is left (0.3-0.6 % at head_dim 128, logs/xturn_rot_ab_e76c628.json).
+      constexpr bool XTURN = PERSIST;
       auto turn_wait = [&]() {
         if constexpr (PINGPONG) named_bar_sync(BAR_SCHED + c, 256);
       };
@@ -706,7 +699,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           named_bar_sync(BAR_Q + c, 128);
           if ((tid & 127) == 0) {
 #pragma unroll
-            for (int blk = 0; blk < HEAD_DIM / 64; ++blk) tma_store_4d(&tmap_o, sO + blk * (Bc * 128), blk * 64, wrow0, h, b);
+            for (int blk = 0; blk < HEAD_DIM / 64; ++blk)
+              tma_store_4d(&tmap_o, sO + blk * (Bc * 128), blk * 64, wrow0, h, b);
             bulk_commit();
           }
           o_stage = lst;

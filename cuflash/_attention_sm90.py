@@ -149,20 +149,16 @@ def group_heads(p, d: int) -> int:
     return int(max(1, min(p.batch * p.heads_q, LPT_GROUP_BYTES // kv, (2**31 - 1) // max(1, n_q))))
 
 
-# The persistent kernel's ping-pong turns run on across work tiles (CUFLASH_FWD_XTURN, the kernel's comment);
-# XTURN = 0 compiles the turn order that restarts with every work tile, for study (same output bits).
-XTURN = 1
-NOSTORE = 0  # study only (wip)
+# The persistent kernel with ping-pong stores O by the tensor memory accelerator from shared memory (the kernel's
+# CUFLASH_FWD_OSTAGE); OSTAGE = 0 compiles its earlier 4-byte stores from registers, for study (same output bits;
+# 1.05-1.10x slower at head_dim 128 1K-4K, logs/ostage_rot_ab_602bd5e.json).
 OSTAGE = 1
 
 
 def compile_options(variant: str) -> tuple[str, ...]:
-    """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on)."""
+    """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on; OSTAGE)."""
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
-    if variant in PERSISTENT:
-        opts = opts + (() if XTURN else ("-DCUFLASH_FWD_XTURN=0",)) + (("-DCUFLASH_FWD_NOSTORE=1",) if NOSTORE else ()) \
-            + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",))
-    return opts
+    return opts if OSTAGE or variant not in PERSISTENT else opts + ("-DCUFLASH_FWD_OSTAGE=0",)
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
@@ -456,10 +452,9 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
         # the persistent grid's work counters (per stream; every launch leaves them zero)
         sched = _compile.stream_counters(p.q.device.id) if var in PERSISTENT else np.uintp(0)
         grp = group_heads(p, d) if var in PERSISTENT else 1
-        args = args + (maps if maps is not None else (_ZERO_MAP,) * 4) + (sched, np.int32(B),
-                                                                                           np.int32(grp))
+        args = args + (maps if maps is not None else (_ZERO_MAP,) * 4) + (sched, np.int32(B), np.int32(grp))
     opts = compile_options(var)
-    pin = opts == PIN_OPTIONS
+    pin = "-DCUFLASH_FWD_PIN=1" in opts
     kern = _compile.get_kernel(SOURCE, kernel_name(dt, d, var, br, bc, pv), opts)
     if br == 64 and kern not in _CARVED:  # two blocks per SM: all of the unified L1 as shared memory
         kern.preferred_shared_memory_carveout = 100
