@@ -6,7 +6,7 @@ owns 64 query rows; K/V tiles of ``Bc`` keys live in shared memory in the 128-by
 descriptors read; ``S = Q·Kᵀ`` takes Q and K from shared memory, ``O += P·V`` takes P from registers (the fp32
 accumulator of S rounded to the input dtype is the A operand) and V from shared memory (transposed descriptor).
 
-Variants (``variant=``; the default ``"auto"`` picks ``"tmap"`` or ``"tma"`` by shape, ``pick_variant``):
+Variants (``variant=``; the default ``"auto"`` runs ``"tmap"``, ``"tma"`` for a tile only it has, ``pick_variant``):
 ``"tma"``: warp specialisation — a producer warpgroup whose one working thread
 loads K/V tiles with the tensor memory accelerator (``cp.async.bulk.tensor`` through tensor maps built here with
 the driver's ``cuTensorMapEncodeTiled``, 128-byte swizzle by the copy engine) into a 3-stage ring signalled on
@@ -18,7 +18,8 @@ with its dynamic tile scheduler): each block's producer claims the next work til
 problem longest first within groups of heads whose K and V fit ``LPT_GROUP_BYTES`` in L2, unmasked one head at a
 time as the hardware starts the non-persistent grid's blocks) from a counter as its block frees up, loads that
 tile's Q by TMA and keeps its K/V ring running across tiles, so the next tile's loads overlap the current tile's
-last P·V and epilogue (O stored from registers) and the block start-up is paid once per SM;
+last P·V and epilogue and the block start-up is paid once per SM; with the two ping-pong consumers its O leaves
+by TMA from the tile's last K buffer (``OSTAGE``; from registers otherwise);
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
@@ -69,7 +70,7 @@ HEAD_DIMS = (64, 128)
 #             the current tile's last P V and epilogue). Study.
 VARIANTS = ("tma", "tmap", "ws", "ws_nopp", "simple")
 PERSISTENT = ("tmap",)
-# "auto" (pick_variant): "tmap" at head_dim 64 and up to SHORT_SEQLEN_K keys, else "tma"
+# "auto" (pick_variant): "tmap", or "tma" for a tile only it has (and where Q or O has no tensor map)
 DEFAULT_VARIANT = os.environ.get("CUFLASH_SM90_VARIANT", "auto")
 AUTO_VARIANTS = ("tma", "tmap")
 WS_STAGES, WS_PRODUCER_REGS, WS_CONSUMER_REGS = 3, 56, 224
@@ -92,7 +93,8 @@ TILES = {
     ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)],
     ("tma", 128): [(128, 128, 64), (128, 128, 128)],
     # persistent: the default tiles of "tma" (Br = 64: two blocks per SM, each looping over work tiles)
-    ("tmap", 64): [(128, 128, 64), (64, 128, 64), (192, 128, 64)], ("tmap", 128): [(128, 128, 64), (128, 128, 128)],
+    # (head_dim 128: pv_n = 128 at every length, 1.02-1.10x the pv_n = 64 tile at 4K-16K, logs/long_d128_rot_643a6f5)
+    ("tmap", 64): [(128, 128, 64), (64, 128, 64), (192, 128, 64)], ("tmap", 128): [(128, 128, 128), (128, 128, 64)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
     ("simple", 64): [(128, 128, 64)],
@@ -266,19 +268,20 @@ def default_tile(variant: str, head_dim: int, seqlen_q: int, seqlen_k: int) -> t
     return TILES[(variant, head_dim)][0]
 
 
-# "auto": the persistent variant with its dynamic tile scheduler where it measured ahead of "tma" (same tiles,
-# bitwise the same output). Rotated same-run A/B on the H200, bfloat16 / float16, 16K tokens
-# (experiments/results/logs/tmap_rot_ab_*_b9634ea.json, tmap / tma): head_dim 64 1.02-1.12x from 1K to 8K (0.99x
-# non-causal and 1.02x causal at 16K); head_dim 128 1.00-1.02x up to SHORT_SEQLEN_K keys (the pv_n = 128 tile;
-# 1K causal 0.96x there, 1.02x in the run before), 0.96-0.99x beyond (the pv_n = 64 tile).
-def pick_variant(variant, head_dim: int, seqlen_k: int, block_sizes=None, pv_n=None) -> str:
+# "auto": the persistent variant with its dynamic tile scheduler, measured ahead of "tma" at every shape since it
+# stores O by TMA (OSTAGE). Rotated same-run A/Bs on the H200, bfloat16, 16K tokens: head_dim 64 1.02-1.12x from 1K
+# to 8K, 0.99x / 1.02x at 16K (non-causal / causal; experiments/results/logs/tmap_rot_ab_*_b9634ea.json, the same
+# tiles); head_dim 128 1.04-1.12x at 1K-4K (ostage_rot_ab_602bd5e.json, pv_n = 128 both) and 1.02-1.10x at 4K-16K
+# with tmap's pv_n = 128 against tma's pv_n = 64 (long_d128_rot_643a6f5.json). "tma" when the requested tile is
+# not one of tmap's, or (forward) when Q or O cannot be described by a tensor map.
+def pick_variant(variant, head_dim: int, block_sizes=None, pv_n=None) -> str:
     """The concrete variant a call runs: ``variant`` (None: ``DEFAULT_VARIANT``) as given, or for ``"auto"``
-    ``"tmap"`` at head_dim 64 and at up to ``SHORT_SEQLEN_K`` keys, else ``"tma"`` (and ``"tma"`` when the
-    requested tile is not one of ``"tmap"``'s). Raises ValueError for an unknown name."""
+    ``"tmap"``, and ``"tma"`` when the requested tile is not one of ``"tmap"``'s. Raises ValueError for an unknown
+    name."""
     var = DEFAULT_VARIANT if variant is None else str(variant)
     if var == "auto":
         d = kernel_head_dim(head_dim)
-        var = "tmap" if d == 64 or seqlen_k <= SHORT_SEQLEN_K else "tma"
+        var = "tmap"
         if block_sizes is not None:
             br, bc = parse_block_sizes(block_sizes)
             if not any(c[:2] == (br, bc) and (pv_n is None or c[2] == int(pv_n)) for c in TILES[("tmap", d)]):
@@ -297,7 +300,7 @@ def choose(p, block_sizes=None, pv_n=None, variant=None) -> tuple[str, int, int,
     """(variant, Br, Bc, pv_n) for problem ``p`` (its head_dim, seqlen_q and seqlen_k); validates the choices
     against the instantiated set."""
     d = kernel_head_dim(p.head_dim)
-    var = pick_variant(variant, p.head_dim, p.seqlen_k, block_sizes, pv_n)
+    var = pick_variant(variant, p.head_dim, block_sizes, pv_n)
     avail = TILES[(var, d)]
     if block_sizes is None:
         br, bc, pv0 = default_tile(var, d, p.seqlen_q, p.seqlen_k)
@@ -381,9 +384,10 @@ def _tensor_map(ptr, dtype_name, shape, strides_bytes, box_rows):
 def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
     """Run the sm90 kernel on a prepared :class:`AttnProblem` ``p``.
 
-    ``variant``: "auto" (default, or $CUFLASH_SM90_VARIANT: "tmap" or "tma" by shape, see ``pick_variant``),
+    ``variant``: "auto" (default, or $CUFLASH_SM90_VARIANT: "tmap", or "tma" for its own tiles, ``pick_variant``),
     "tma", "tmap", "ws", "ws_nopp" or "simple" (see VARIANTS; "auto" falls back to "tma" with the same tile when
-    only Q cannot be described by a tensor map and to "ws" when K or V cannot, an explicit "tma"/"tmap" raises);
+    only Q or O cannot be described by a tensor map and to "ws" when K or V cannot, an explicit "tma"/"tmap"
+    raises);
     ``block_sizes`` (Br, Bc) and ``pv_n`` pick an instantiated tile configuration of that variant.
     Returns ``(out, lse)``: out (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; lse float32
     (batch, heads_q, seqlen_q), natural-log logsumexp of the scaled masked scores, -inf (and out 0) for a row

@@ -215,7 +215,7 @@ def cases(a, dev):
         "attention_bytes(standard)", WHY["standard"], "cuflash.attention(q, k, v, schedule='standard')")
     if dev.sm90:
         sm90 = importlib.import_module("cuflash._attention_sm90")
-        wbr, wbc, _ = sm90.TILES[(sm90.pick_variant(None, d, N), d)][0]
+        wbr, wbc, _ = sm90.TILES[(sm90.pick_variant(None, d), d)][0]
         add("attention", f"wgmma {wbr}x{wbc}", sh, "bfloat16",
             traffic.attention_bytes("fa2", B, Hh, N, N, d, wbr, wbc, "bfloat16"), "attention_bytes(fa2)", WHY["fa2"],
             "cuflash.attention(q, k, v, schedule='wgmma')")

@@ -83,7 +83,7 @@ def _run_canaries():
 def require(dtype, head_dim, variant, block_sizes=None, pv_n=None, seqlen_q=0, seqlen_k=0):
     """Fail (without launching) when the canary of this configuration hung or crashed."""
     d = S90.kernel_head_dim(head_dim)
-    variant = S90.pick_variant(variant, head_dim, seqlen_k, block_sizes, pv_n)
+    variant = S90.pick_variant(variant, head_dim, block_sizes, pv_n)
     if block_sizes is None:
         br, bc, pv = S90.default_tile(variant, d, seqlen_q, seqlen_k)
     else:
@@ -266,13 +266,15 @@ def test_kernel_head_dim_and_choices():
             assert S90.choose(P(), variant="tma") == ("tma",) + tile, (window, sq, sk)
             assert S90.choose(P(), variant="ws")[1:3] == (128, 128)
     assert S90.choose(P(), (192, 64), variant="tma") == ("tma", 192, 64, 64)
-    # "auto": tmap at head_dim 64 and up to SHORT_SEQLEN_K keys, with the tiles tma would take; tma otherwise and
-    # for a tile tmap does not instantiate
+    # "auto": tmap, with the tiles tma would take at head_dim 64 and pv_n = 128 at head_dim 128 at every length (tma
+    # pv_n = 64 beyond SHORT_SEQLEN_K keys); tma for a tile tmap does not instantiate
     for d, sq, sk in ((64, 300, 16384), (64, 4096, 4096), (64, 1023, 1024), (128, 2048, S90.SHORT_SEQLEN_K),
                       (128, 8192, 8192), (128, 100, S90.SHORT_SEQLEN_K + 1)):
         P.head_dim, P.seqlen_q, P.seqlen_k = d, sq, sk
-        want = "tmap" if d == 64 or sk <= S90.SHORT_SEQLEN_K else "tma"
-        assert S90.choose(P(), variant="auto") == (want,) + S90.choose(P(), variant="tma")[1:], (d, sq, sk)
+        tma = S90.choose(P(), variant="tma")
+        want = ("tmap",) + (tma[1:] if d == 64 else (128, 128, 128))
+        assert S90.choose(P(), variant="auto") == want, (d, sq, sk)
+        assert tma[3] == (128 if d == 128 and sk <= S90.SHORT_SEQLEN_K else 64)
     P.head_dim, P.seqlen_q, P.seqlen_k = 64, 4096, 4096
     assert S90.choose(P(), (192, 64), variant="auto") == ("tma", 192, 64, 64)
     P.window = (-1, 0)
