@@ -372,15 +372,17 @@ def test_persistent_work_counter_per_stream_and_reset(cp, rng):
     """'tmap' blocks claim their work tiles from a counter (one pair per device and stream): launches on two
     streams, not synchronised with each other, each on fresh inputs (a tile claimed twice or skipped leaves another
     call's values or the poison), every output checked; both counters are back to zero afterwards (the last block
-    out resets them), so the next launch starts at tile 0."""
+    out resets them), so the next launch starts at tile 0. The inputs are made on the stream that uses them (made
+    on the legacy default stream, a non-blocking stream's kernel may read them before they are written: the
+    470b892 run failed so, garbage in V giving outputs of 1e23)."""
     from cuflash import _compile
 
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
     calls = []
     for i in range(6):
         d, causal = (64, 128)[i % 2], bool(i // 2 % 2)
-        q, k, v = (randn(cp, rng, (2, 4, 1500 + 97 * i, d), BF16) for _ in range(3))
         with streams[i % 2]:
+            q, k, v = (randn(cp, rng, (2, 4, 1500 + 97 * i, d), BF16) for _ in range(3))
             calls.append((q, k, v, causal, run(q, k, v, causal, variant="tmap")))
     for st in streams:
         st.synchronize()

@@ -1166,6 +1166,7 @@ def test_held_through_the_public_functions_on_a_side_stream(dtype, rng, cp):
     x = _to_device(x64, dtype)
     assert sm._prepare(x, -1, sm.OP_SOFTMAX, "online", None).plan.path == "held"
     s = cp.cuda.Stream(non_blocking=True)
+    cp.cuda.Device().synchronize()  # x was made on the default stream, which a non-blocking stream does not wait for
     with s:
         y = cuflash.softmax(x, axis=-1)
         ly = cuflash.log_softmax(x, axis=-1)
