@@ -66,9 +66,20 @@ def parse_args(argv):
 
 # ---------------------------------------------------------------------------------------------- SASS evidence
 def _cuobjdump():
+    """(disassembler, its SASS argument): cuobjdump -sass, else nvdisasm -c (on the PATH or in the nvidia cu13 wheel
+    beside NVRTC); None when neither is there."""
     for cand in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
         if cand and os.path.exists(cand):
-            return cand
+            return cand, "-sass"
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        wheel = Path(nvrtc.__file__).parents[3] / "nvidia" / "cu13" / "bin" / "nvdisasm"
+    except Exception:  # pragma: no cover - depends on the install
+        wheel = None
+    for cand in (shutil.which("nvdisasm"), wheel):
+        if cand and os.path.exists(cand):
+            return str(cand), "-c"
     return None
 
 
@@ -105,13 +116,13 @@ def sass_evidence(configs) -> list[dict]:
                 with tempfile.TemporaryDirectory() as tmp:
                     f = Path(tmp) / "k.cubin"
                     f.write_bytes(cubin + b"\0")  # getCUBIN drops the trailing byte of the ELF image
-                    sass = subprocess.run([tool, "-sass", str(f)], capture_output=True, text=True, timeout=60).stdout
+                    sass = subprocess.run([*tool, str(f)], capture_output=True, text=True, timeout=60).stdout
                 ops = Counter(m.split(".")[0] for m in re.findall(
                     r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass, re.M))
                 row.update(sass_HGMMA=ops["HGMMA"], sass_HMMA=ops["HMMA"], sass_LDL=ops["LDL"], sass_STL=ops["STL"],
                            sass_target="sm_90a" if "sm_90a" in sass else "?")
             else:
-                row["sass_note"] = "cuobjdump not found: PTX wgmma count only (see attention_sm90_sass.json)"
+                row["sass_note"] = "no cuobjdump / nvdisasm: PTX wgmma count only (see attention_sm90_sass.json)"
         except Exception as e:  # pragma: no cover - depends on the toolkit
             row["error"] = repr(e)[:200]
         out.append(row)
@@ -139,9 +150,9 @@ def main(argv=None) -> int:
         for r in sass:
             print(r)
         path = bench.write_results("attention_sm90_sass", sass, {
-            "what": "ptxas report (compile_offline, sm_90a) and SASS instruction counts (cuobjdump -sass) of every "
-                    "instantiation of cuda_src/attention_fwd_sm90.cu",
-            "cuobjdump": _cuobjdump() or "not found"})
+            "what": "ptxas report (compile_offline, sm_90a) and SASS instruction counts (cuobjdump -sass or "
+                    "nvdisasm -c) of every instantiation of cuda_src/attention_fwd_sm90.cu",
+            "disassembler": " ".join(_cuobjdump() or ("not found",))})
         print(f"wrote {path}")
         return 0
     if not bench.has_gpu():
