@@ -128,6 +128,17 @@ __device__ __forceinline__ bool tile_needs_mask(int k0, int r0, int seqlen_k, in
          (left >= 0 && k0 < r0 + 63 + shift - left);
 }
 
+// The end of one query row of a warpgroup: l summed over the quad that holds the row; its lse written by the
+// quad's first thread when the row is below seqlen_q, (m2 + log2 l) * ln 2 (l == 0: the row saw no key, lse -inf;
+// a NaN l, from NaN input, stays NaN, as in the FA-2 kernel); returns 1 / l (0 for a row that saw no key).
+__device__ __forceinline__ float finish_row(float l, float m2, float* lp, int row, int t, int seqlen_q) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  if (t == 0 && row < seqlen_q) lp[row] = l == 0.f ? -INFINITY : (m2 + log2f(l)) * 0.69314718055994531f;
+  return inv;
+}
+
 // Epilogue of one warpgroup: O / l (0 for a row that saw no key), lse = (m2 + log2 l) * ln 2. Each warp stages
 // its 16 rows in its own rows of the warpgroup's Q region (sOw: generic pointer, 64-column blocks BR rows
 // apart, swizzled like Q; stage_o, which the persistent kernel uses alone, on a K tile, before a tensor-map
@@ -140,15 +151,7 @@ __device__ __forceinline__ void stage_o(const float (&o)[NPV][OREG], const float
   const int ra = warp * 16 + g, rb = ra + 8;  // rows inside the warpgroup
   float inv[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float lt = l[r];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    inv[r] = lt > 0.f ? 1.f / lt : 0.f;
-    const int row = wrow0 + (r == 0 ? ra : rb);
-    // l == 0: the row saw no key (lse -inf); a NaN l (NaN input) must stay NaN, as in the FA-2 kernel
-    if (t == 0 && row < seqlen_q) lp[row] = lt == 0.f ? -INFINITY : (m2[r] + log2f(lt)) * 0.69314718055994531f;
-  }
+  for (int r = 0; r < 2; ++r) inv[r] = finish_row(l[r], m2[r], lp, wrow0 + (r == 0 ? ra : rb), t, seqlen_q);
 #pragma unroll
   for (int n = 0; n < NPV; ++n)
 #pragma unroll
@@ -188,12 +191,8 @@ __device__ __forceinline__ void epilogue_direct(const float (&o)[NPV][OREG], con
   int row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float lt = l[r];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    inv[r] = lt > 0.f ? 1.f / lt : 0.f;
     row[r] = wrow0 + warp * 16 + g + 8 * r;
-    if (t == 0 && row[r] < seqlen_q) lp[row[r]] = lt == 0.f ? -INFINITY : (m2[r] + log2f(lt)) * 0.69314718055994531f;
+    inv[r] = finish_row(l[r], m2[r], lp, row[r], t, seqlen_q);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
