@@ -364,13 +364,13 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
 // PERSIST (with TMA): a persistent grid (one block per SM, two at Br = 64) over the list of work tiles ordered by Q
-// tile (longest causal tile first) and head within groups of group_heads heads (sm90_work_tile). Block c starts
-// with tile u = c; then its producer claims the next from the counter sched[0] (u = gridDim.x + atomicAdd), once
-// the current tile's K/V loads are issued: the tiles go to the blocks as they free up, as the hardware hands out the blocks of the
-// non-persistent grid (a fixed share, u = c, c + gridDim.x, ..., waits for the slowest SM, and on causal masks
-// for the block with the longest tiles). The producer passes u to the consumers in a shared-memory slot published
-// by the Q tile's "full" mbarrier; u >= n_work (no tile left) ends both. The last block out (sched[1] counts them)
-// sets both counters back to 0 for the next launch on the stream.
+// tile (longest causal tile first) and head within groups of group_heads heads (sm90_work_tile). Block c starts with
+// tile u = c; then its producer claims the next from the counter sched[0] (u = gridDim.x + atomicAdd), once the
+// current tile's K/V loads are issued: the tiles go to the blocks as they free up, as the hardware hands out the
+// blocks of the non-persistent grid (a fixed share, u = c, c + gridDim.x, ..., waits for the slowest SM, and on
+// causal masks for the block with the longest tiles). The producer passes u to the consumers in a shared-memory slot
+// published by the Q tile's "full" mbarrier; u >= n_work (no tile left) ends both. The last block out (sched[1]
+// counts them) sets both counters back to 0 for the next launch on the stream.
 // The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
 // the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
 // the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of
@@ -402,8 +402,12 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   // them with the O tensor map (tmap_o); the stage is released once the copy engine has read it, when the
   // consumer starts its next work tile. Stored from registers instead (epilogue_direct: 4-byte stores, 32 a
   // thread at head_dim 128), O cost 7 % of a launch at head_dim 128 2K (the stores left out: 1.07x).
+  // The K-tile-free pair alternates between two pairs of barriers from one work tile to the next: with the turns
+  // running on across tiles, consumer 0 may finish the next tile's last S (a tile of one K/V tile) before
+  // consumer 1 has synced on this tile's barrier, and a second arrival in the same phase would complete it.
   constexpr bool OSTAGE = PERSIST && PINGPONG && CUFLASH_FWD_OSTAGE;
-  // named barriers: Q ready per consumer (OSTAGE: O staged, per consumer); ping-pong turn x2; K tile free x2
+  static_assert(!OSTAGE || Bc >= 64 * NWG, "OSTAGE: every consumer's 64 rows of O inside one K tile");
+  // named barriers: Q ready per consumer (OSTAGE: O staged, per consumer); ping-pong turn x2; K tile free 2 x 2
   constexpr int BAR_Q = 1, BAR_SCHED = 1 + NWG, BAR_KFREE = 1 + 2 * NWG;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -530,6 +534,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
     bool turns_started = false;  // (ping-pong) the first turn has been given
     int o_stage = -1;            // (OSTAGE) the stage whose K tile holds the previous work tile's O being stored
+    int kfree = BAR_KFREE;       // (OSTAGE) this work tile's K-tile-free pair: BAR_KFREE or BAR_KFREE + 2
     for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
       i64 u = 0;
       if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
@@ -568,7 +573,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       };
       auto last_s_done = [&]() {  // this warpgroup's last S has completed: Q and (OSTAGE) the last K tile read
         release_q();
-        if constexpr (OSTAGE) named_bar_arrive(BAR_KFREE + (c ^ 1), 256);
+        if constexpr (OSTAGE) named_bar_arrive(kfree + (c ^ 1), 256);
       };
       if (!PERSIST) {  // this warpgroup's 64 Q rows
         const T* qp = q + b * q_sb + h * q_sh;
@@ -692,7 +697,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         if (OSTAGE && n_tiles > 0) {
           const int lst = (g + n_tiles - 1) % STAGES;
           const unsigned sO = sK + lst * KV_BYTES + c * 64 * 128;  // this warpgroup's rows of that K tile
-          named_bar_sync(BAR_KFREE + c, 256);                      // the other consumer's last S has read it
+          named_bar_sync(kfree + c, 256);                          // the other consumer's last S has read it
           stage_o<T, Bc>(o, l, m2, sgen + (sO - sbase), lp, wrow0, warp, lane, seqlen_q);
           fence_proxy_async();  // the generic-proxy writes, visible to the copy engine
           named_bar_sync(BAR_Q + c, 128);
@@ -703,6 +708,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
             bulk_commit();
           }
           o_stage = lst;
+          kfree ^= BAR_KFREE ^ (BAR_KFREE + 2);  // the other pair for the next work tile with K/V tiles
         } else {
           epilogue_direct<T>(o, l, m2, out + b * o_sb + h * o_sh, o_ss, lp, wrow0, warp, lane, seqlen_q);
         }

@@ -442,8 +442,8 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
             maps = (kmap, vmap, qmap, omap)
             if any(m is None for m in maps):  # not describable by a tensor map: the cp.async producer
                 if explicit:
-                    raise ValueError(f"variant {var!r} needs K and V (and Q for {PERSISTENT}) with 16-byte aligned "
-                                     "data and strides that are multiples of 16 bytes (and the driver's "
+                    raise ValueError(f"variant {var!r} needs K and V (and Q and O for {PERSISTENT}) with 16-byte "
+                                     "aligned data and strides that are multiples of 16 bytes (and the driver's "
                                      "cuTensorMapEncodeTiled)")
                 var, maps = "ws", None
                 if block_sizes is None:  # the cp.async producer's own default tile
