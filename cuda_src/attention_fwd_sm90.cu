@@ -22,7 +22,8 @@
 //   64-column block of K and of V, 128-byte swizzle done by the copy engine), the "full" mbarrier completed by
 //   their transaction bytes. Measured on the H200 (d 128): the cp.async producer kept the tensor pipe 32 % busy
 //   (about 300 TFLOP/s, the same with no softmax at all), the kernel without any K/V loads reached 680.
-// Division by l deferred to the end; O staged through the warpgroup's own Q rows, written in 16-byte chunks.
+// Division by l deferred to the end; O staged through the warpgroup's own Q rows, written in 16-byte chunks (the
+// persistent kernel: by TMA from a K tile, OSTAGE, or with 4-byte stores from registers).
 // Traffic per (batch, head): reads Q once (N·d), K and V once per Q tile (2·Tr·N·d), writes O (N·d), lse (N).
 // Masking as attention_fwd.cu (bottom-right aligned, FlashAttention >= 2.1): query row i sits at key i + shift,
 // shift = seqlen_k - seqlen_q; key j visible iff j < seqlen_k, (right < 0 || j <= i + shift + right),
@@ -600,7 +601,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       // One work tile: consumer 1 does not pass after its last block (consumer 0 has none left). Persistent
       // (XTURN): the turns run on across work tiles, so that consumer 0 issues the next tile's first S as soon as
       // consumer 1 has issued its last P V, instead of waiting for consumer 1 to start the next tile; consumer 0
-      // takes the last pass when no tile is left (0.3-0.6 % at head_dim 128, logs/xturn_rot_ab_e76c628.json).
+      // takes the last pass when no tile is left (0.1-0.6 % at head_dim 128, logs/xturn_rot_ab_e76c628.json).
       constexpr bool XTURN = PERSIST;
       auto turn_wait = [&]() {
         if constexpr (PINGPONG) named_bar_sync(BAR_SCHED + c, 256);

@@ -23,13 +23,14 @@ by TMA from the tile's last K buffer (``OSTAGE``; from registers otherwise);
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
-(2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys (and
-fewer than ``WIDE_SEQLEN`` queries or keys) the default is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no
-ping-pong, two blocks per SM so that one block's prologue and epilogue overlap the other's tile loop), and at
-head_dim 128 pv_n = 128. ``"tma"`` at head_dim 64 also instantiates Br = 192 with Bc = 128 and 64 (three consumer
-warpgroups without ping-pong, FA-3's head_dim 64 tile): Bc = 128 is the default from ``WIDE_SEQLEN`` queries and
-keys (``WIDE_TILES``), Bc = 64 a study tile (``block_sizes=(192, 64)``). Masking, tails, GQA, lse and the
-bottom-right causal/window convention are those of :mod:`cuflash.attention`; head_dim 64 and 128
+(2 stages). Tiles (``TILES``): Br = 128, Bc = 128; at head_dim 64 with at most ``SHORT_SEQLEN_K`` keys (and fewer
+than ``WIDE_SEQLEN`` queries or keys) the default is Br = 64 (``SHORT_TILES``: one consumer warpgroup, no ping-pong,
+two blocks per SM so that one block's prologue and epilogue overlap the other's tile loop), and at head_dim 128 pv_n
+= 128 (``"tmap"`` at every length; ``"tma"`` up to ``SHORT_SEQLEN_K`` keys, pv_n = 64 beyond). ``"tma"`` at head_dim
+64 also instantiates Br = 192 with Bc = 128 and 64 (three consumer warpgroups without ping-pong, FA-3's head_dim 64
+tile): Bc = 128 is the default from ``WIDE_SEQLEN`` queries and keys (``WIDE_TILES``), Bc = 64 a study tile
+(``block_sizes=(192, 64)``). Masking, tails, GQA, lse and the bottom-right causal/window convention are those of
+:mod:`cuflash.attention`; head_dim 64 and 128
 natively (<= 64 padded to 64, 65..128 to 128). The kernels are in
 ``cuda_src/attention_fwd_sm90.cu``, the wgmma / mbarrier wrappers in ``cuda_src/cuflash/wgmma.cuh``, the TMA ones
 in ``cuda_src/cuflash/tma.cuh``.
@@ -65,9 +66,10 @@ HEAD_DIMS = (64, 128)
 #   "ws_nopp" version 4 without the ping-pong turns;
 #   "simple"  version 3: every thread loads (cp.async, 2 stages, __syncthreads), warpgroups compute in lockstep.
 #   "tma"     version 4 with the K/V loads by the tensor memory accelerator (one producer thread).
-#   "tmap"    "tma" on a persistent grid (one block per SM, two at Br = 64, looping over the Q tiles of a head
-#             longest first, head after head; the K/V ring runs on across them, so the next tile's loads overlap
-#             the current tile's last P V and epilogue). Study.
+#   "tmap"    "tma" on a persistent grid (one block per SM, two at Br = 64) whose blocks claim their work tiles
+#             from a counter (masked problems: longest first within groups of heads); the K/V ring runs on across
+#             them, so the next tile's loads overlap the current tile's last P V and epilogue; with ping-pong O
+#             leaves by TMA (OSTAGE). The default ("auto").
 VARIANTS = ("tma", "tmap", "ws", "ws_nopp", "simple")
 PERSISTENT = ("tmap",)
 # "auto" (pick_variant): "tmap", or "tma" for a tile only it has (and where Q or O has no tensor map)
@@ -92,8 +94,9 @@ REGS = {"tmap": (24, 240)}
 TILES = {
     ("tma", 64): [(128, 128, 64), (64, 128, 64), (192, 64, 64), (192, 128, 64)],
     ("tma", 128): [(128, 128, 64), (128, 128, 128)],
-    # persistent: the default tiles of "tma" (Br = 64: two blocks per SM, each looping over work tiles)
-    # (head_dim 128: pv_n = 128 at every length, 1.02-1.10x the pv_n = 64 tile at 4K-16K, logs/long_d128_rot_643a6f5)
+    # persistent: at head_dim 64 the tiles of "tma" (Br = 64: two blocks per SM, each looping over work tiles); at
+    # head_dim 128 pv_n = 128 first, the default at every length (logs/long_d128_rot_643a6f5: 1.02x / 1.10x tma's
+    # same tile at 4K, 1.02-1.03x / 1.03-1.09x tma's pv_n = 64 at 8K-16K, non-causal / causal)
     ("tmap", 64): [(128, 128, 64), (64, 128, 64), (192, 128, 64)], ("tmap", 128): [(128, 128, 128), (128, 128, 64)],
     ("ws", 64): [(128, 128, 64)], ("ws", 128): [(128, 128, 64), (128, 128, 128)],
     ("ws_nopp", 64): [(128, 128, 64)], ("ws_nopp", 128): [(128, 128, 64)],
@@ -153,7 +156,7 @@ def group_heads(p, d: int) -> int:
 
 # The persistent kernel with ping-pong stores O by the tensor memory accelerator from shared memory (the kernel's
 # CUFLASH_FWD_OSTAGE); OSTAGE = 0 compiles its earlier 4-byte stores from registers, for study (same output bits;
-# 1.05-1.10x slower at head_dim 128 1K-4K, logs/ostage_rot_ab_602bd5e.json).
+# 1.03-1.10x slower at head_dim 128 1K-4K, logs/ostage_rot_ab_602bd5e.json).
 OSTAGE = 1
 
 
@@ -236,7 +239,8 @@ def kernel_head_dim(head_dim: int) -> int:
 # two blocks per SM overlap. Measured on the H200 (experiments/results/logs/sm90_br64_ab_529c3fa.json, head_dim 64,
 # both dtypes, same run): Br = 64 is 0-10 % faster (4 % on average) than Br = 128 for seqlen 512-4K (causal
 # or not), 4-6 % slower at 16K. At head_dim 128 the Br = 128 tile with one P·V wgmma over the whole head_dim
-# (pv_n = 128) is 1-2 % faster than pv_n = 64 at 512-4K, causal or not, and 6-7 % slower at 16K; a Br = 64,
+# (pv_n = 128) is, in "tma", 1-2 % faster than pv_n = 64 at 512-4K, causal or not, and 6-7 % slower at 16K ("tmap"
+# runs pv_n = 128 at every length, TILES); a Br = 64,
 # Bc = 64 two-stage tile (two blocks per SM) was up to 32 % slower (equal only at 512 causal)
 # (experiments/results/logs/sm90_d128_ab_ebe4978.json, bfloat16, same run).
 SHORT_SEQLEN_K = 4096
@@ -268,12 +272,12 @@ def default_tile(variant: str, head_dim: int, seqlen_q: int, seqlen_k: int) -> t
     return TILES[(variant, head_dim)][0]
 
 
-# "auto": the persistent variant with its dynamic tile scheduler, measured ahead of "tma" at every shape since it
-# stores O by TMA (OSTAGE). Rotated same-run A/Bs on the H200, bfloat16, 16K tokens: head_dim 64 1.02-1.12x from 1K
-# to 8K, 0.99x / 1.02x at 16K (non-causal / causal; experiments/results/logs/tmap_rot_ab_*_b9634ea.json, the same
-# tiles); head_dim 128 1.04-1.12x at 1K-4K (ostage_rot_ab_602bd5e.json, pv_n = 128 both) and 1.02-1.10x at 4K-16K
-# with tmap's pv_n = 128 against tma's pv_n = 64 (long_d128_rot_643a6f5.json). "tma" when the requested tile is
-# not one of tmap's, or (forward) when Q or O cannot be described by a tensor map.
+# "auto": the persistent variant with its dynamic tile scheduler, at every shape. Rotated same-run A/Bs on the
+# H200, bfloat16, 16K tokens, against "tma": head_dim 64 1.02-1.12x from 1K to 8K, 0.99x / 1.02x at 16K
+# (non-causal / causal; experiments/results/logs/tmap_rot_ab_*_b9634ea.json, the same tiles, before OSTAGE, which
+# does not touch those tiles); head_dim 128, with OSTAGE, 1.02-1.12x at 1K-4K (ostage_rot_ab_602bd5e.json, the
+# same tiles) and 1.02-1.10x at 4K-16K (long_d128_rot_643a6f5.json, tmap's pv_n = 128 against tma's default).
+# "tma" when the requested tile is not one of tmap's, or (forward) when Q or O cannot be described by a tensor map.
 def pick_variant(variant, head_dim: int, block_sizes=None, pv_n=None) -> str:
     """The concrete variant a call runs: ``variant`` (None: ``DEFAULT_VARIANT``) as given, or for ``"auto"``
     ``"tmap"``, and ``"tma"`` when the requested tile is not one of ``"tmap"``'s. Raises ValueError for an unknown

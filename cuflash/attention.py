@@ -112,9 +112,10 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
               schedule="auto", block_sizes=None):
     """Scaled dot-product attention forward, ``softmax(q kᵀ · softmax_scale + mask) v``.
 
-    The default kernel follows FlashAttention-2 (Dao 2023, Algorithm 1) with the online softmax of Milakov &
-    Gimelshein 2018; ``schedule="wgmma"`` follows FlashAttention-3 (Shah et al. 2024); ``"fa1"`` and
-    ``"standard"`` are Algorithms 1 and 0 of FlashAttention (Dao et al. 2022).
+    On compute capability 9.0 (float16 / bfloat16, head_dim <= 128) the default is the Hopper kernel after
+    FlashAttention-3 (Shah et al. 2024; ``schedule="wgmma"``); elsewhere it follows FlashAttention-2 (Dao 2023,
+    Algorithm 1), both with the online softmax of Milakov & Gimelshein 2018; ``"fa1"`` and ``"standard"`` are
+    Algorithms 1 and 0 of FlashAttention (Dao et al. 2022).
 
     Parameters
     ----------
@@ -145,12 +146,13 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     -------
     out : (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; ``(out, lse)`` with ``return_lse``.
 
-    Semantics: masked scores are -inf (no finite sentinel); a query row that sees no key outputs exactly 0 and
-    its lse is -inf. head_dim 32, 64, 96, 128, 256 run natively; any other head_dim <= 256 is zero-padded to the
-    next native one (the scale stays that of the original head_dim; zero columns change neither q·k nor the
-    kept part of the output). float16 / bfloat16 run on tensor cores (mma.sync m16n8k16, float32 accumulators;
-    P is rounded to the input dtype before P·V, as in FlashAttention). float32 input runs a SIMT kernel: exact
-    fp32 arithmetic, not tensor cores (slower; error ~ float32 rounding, far below the half-precision paths).
+    Semantics: masked scores are -inf (no finite sentinel); a query row that sees no key outputs exactly 0 and its
+    lse is -inf. head_dim 32, 64, 96, 128, 256 run natively (the Hopper kernel: 64 and 128); any other head_dim <=
+    256 is zero-padded to the next native one (the scale stays that of the original head_dim; zero columns change
+    neither q·k nor the kept part of the output). float16 / bfloat16 run on tensor cores (mma.sync m16n8k16, or
+    wgmma on the Hopper kernel; float32 accumulators; P is rounded to the input dtype before P·V, as in
+    FlashAttention). float32 input runs a SIMT kernel: exact fp32 arithmetic, not tensor cores (slower; error ~
+    float32 rounding, far below the half-precision paths).
     The forward is deterministic: repeated calls give bitwise-identical out and lse.
 
     Raises
@@ -161,9 +163,8 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     ValueError : wrong ranks, k and v of different shapes, mismatched batch / head_dim, heads_q not a multiple
         of heads_kv, head_dim outside 1..256, q / k / v on different devices, batch, heads or seqlen_q +
         seqlen_k of 2^31 or more, more batches or heads than a grid dimension takes (65535; not for ``"fa1"`` and
-        ``"standard"``, checked before any device query or allocation), a ``softmax_scale``
-        not finite in float32,
-        ``window_size`` not a pair or an entry < -1, unknown schedule, ``"wgmma"`` where it does not apply
+        ``"standard"``, checked before any device query or allocation), a ``softmax_scale`` not finite in
+        float32, ``window_size`` not a pair or an entry < -1, unknown schedule, ``"wgmma"`` where it does not apply
         (not cc 9.0, float32 or head_dim > 128), block_sizes malformed (floats included), not instantiated or
         not fitting the shared memory (``ConfigurationError``, a ValueError); ``"fa1"`` beyond its grid limits
         (more than 65535 Q tiles, or batch·heads_q too large).
