@@ -406,7 +406,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   // The K-tile-free pair alternates between two pairs of barriers from one work tile to the next: with the turns
   // running on across tiles, consumer 0 may finish the next tile's last S (a tile of one K/V tile) before
   // consumer 1 has synced on this tile's barrier, and a second arrival in the same phase would complete it.
-  constexpr bool OSTAGE = PERSIST && PINGPONG && CUFLASH_FWD_OSTAGE;
+  // (One consumer, Br = 64: its own last S is the only reader of the K tile, no barrier.)
+  constexpr bool OSTAGE = PERSIST && (PINGPONG || NWG == 1) && CUFLASH_FWD_OSTAGE;
   static_assert(!OSTAGE || Bc >= 64 * NWG, "OSTAGE: every consumer's 64 rows of O inside one K tile");
   // named barriers: Q ready per consumer (OSTAGE: O staged, per consumer); ping-pong turn x2; K tile free 2 x 2
   constexpr int BAR_Q = 1, BAR_SCHED = 1 + NWG, BAR_KFREE = 1 + 2 * NWG;
@@ -574,7 +575,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       };
       auto last_s_done = [&]() {  // this warpgroup's last S has completed: Q and (OSTAGE) the last K tile read
         release_q();
-        if constexpr (OSTAGE) named_bar_arrive(kfree + (c ^ 1), 256);
+        if constexpr (OSTAGE && NWG > 1) named_bar_arrive(kfree + (c ^ 1), 256);
       };
       if (!PERSIST) {  // this warpgroup's 64 Q rows
         const T* qp = q + b * q_sb + h * q_sh;
@@ -698,7 +699,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         if (OSTAGE && n_tiles > 0) {
           const int lst = (g + n_tiles - 1) % STAGES;
           const unsigned sO = sK + lst * KV_BYTES + c * 64 * 128;  // this warpgroup's rows of that K tile
-          named_bar_sync(kfree + c, 256);                          // the other consumer's last S has read it
+          if (NWG > 1) named_bar_sync(kfree + c, 256);             // the other consumer's last S has read it
           stage_o<T, Bc>(o, l, m2, sgen + (sO - sbase), lp, wrow0, warp, lane, seqlen_q);
           fence_proxy_async();  // the generic-proxy writes, visible to the copy engine
           named_bar_sync(BAR_Q + c, 128);
