@@ -375,7 +375,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
 // the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
 // the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of
-// once per Q tile. O leaves by the tensor memory accelerator too, through tmap_o (OSTAGE, below; with ping-pong).
+// once per Q tile. O leaves by the tensor memory accelerator too, through tmap_o (OSTAGE, below; with ping-pong or
+// one consumer).
 // NWG == 1 (Br = 64): two blocks per SM (launch bounds of 128 registers a thread; the producer's setmaxnreg
 // down to PRODUCER_REGS pays for the consumer's rise to CONSUMER_REGS, PRODUCER_REGS + CONSUMER_REGS <= 256),
 // so one block's prologue (Q load, first K/V tile) and epilogue overlap the other's tile loop: short sequences,
@@ -398,11 +399,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   constexpr int Br = 64 * NWG;
   constexpr int Q_BYTES = Br * HEAD_DIM * 2, KV_BYTES = Bc * HEAD_DIM * 2;
   constexpr int NPV = HEAD_DIM / PVN, OREG = PVN / 2;
-  // OSTAGE (persistent, ping-pong): each consumer writes O / l of a work tile into its 64 rows of the K tile of
-  // the tile's last K/V stage (free once both consumers' last S has read it: BAR_KFREE), and one thread stores
-  // them with the O tensor map (tmap_o); the stage is released once the copy engine has read it, when the
-  // consumer starts its next work tile. Stored from registers instead (epilogue_direct: 4-byte stores, 32 a
-  // thread at head_dim 128), O cost 7 % of a launch at head_dim 128 2K (the stores left out: 1.07x).
+  // OSTAGE (persistent, ping-pong or one consumer): each consumer writes O / l of a work tile into its 64 rows of
+  // the K tile of the tile's last K/V stage (free once both consumers' last S has read it: BAR_KFREE), and one
+  // thread stores them with the O tensor map (tmap_o); the stage is released once the copy engine has read it,
+  // when the consumer starts its next work tile. Stored from registers instead (epilogue_direct: 4-byte stores, 32
+  // a thread at head_dim 128), O cost 7 % of a launch at head_dim 128 2K (the stores left out: 1.07x).
   // The K-tile-free pair alternates between two pairs of barriers from one work tile to the next: with the turns
   // running on across tiles, consumer 0 may finish the next tile's last S (a tile of one K/V tile) before
   // consumer 1 has synced on this tile's barrier, and a second arrival in the same phase would complete it.

@@ -18,8 +18,8 @@ with its dynamic tile scheduler): each block's producer claims the next work til
 problem longest first within groups of heads whose K and V fit ``LPT_GROUP_BYTES`` in L2, unmasked one head at a
 time as the hardware starts the non-persistent grid's blocks) from a counter as its block frees up, loads that
 tile's Q by TMA and keeps its K/V ring running across tiles, so the next tile's loads overlap the current tile's
-last P·V and epilogue and the block start-up is paid once per SM; with the two ping-pong consumers its O leaves
-by TMA from the tile's last K buffer (``OSTAGE``; from registers otherwise);
+last P·V and epilogue and the block start-up is paid once per SM; with the two ping-pong consumers or one
+consumer its O leaves by TMA from the tile's last K buffer (``OSTAGE``; from registers with three);
 ``"ws"``: the same with every producer thread loading by cp.async (16-byte chunks written into the swizzled layout;
 the fallback when K or V cannot be described by a tensor map: strides not multiples of 16 bytes, or no driver
 entry point); ``"ws_nopp"``: ``"ws"`` without ping-pong; ``"simple"``: every thread loads, warpgroups in lockstep
@@ -68,8 +68,8 @@ HEAD_DIMS = (64, 128)
 #   "tma"     version 4 with the K/V loads by the tensor memory accelerator (one producer thread).
 #   "tmap"    "tma" on a persistent grid (one block per SM, two at Br = 64) whose blocks claim their work tiles
 #             from a counter (masked problems: longest first within groups of heads); the K/V ring runs on across
-#             them, so the next tile's loads overlap the current tile's last P V and epilogue; with ping-pong O
-#             leaves by TMA (OSTAGE). The default ("auto").
+#             them, so the next tile's loads overlap the current tile's last P V and epilogue; O leaves by TMA
+#             (OSTAGE; not the three-consumer tile). The default ("auto").
 VARIANTS = ("tma", "tmap", "ws", "ws_nopp", "simple")
 PERSISTENT = ("tmap",)
 # "auto" (pick_variant): "tmap", or "tma" for a tile only it has (and where Q or O has no tensor map)
@@ -154,9 +154,10 @@ def group_heads(p, d: int) -> int:
     return int(max(1, min(p.batch * p.heads_q, LPT_GROUP_BYTES // kv, (2**31 - 1) // max(1, n_q))))
 
 
-# The persistent kernel with ping-pong stores O by the tensor memory accelerator from shared memory (the kernel's
-# CUFLASH_FWD_OSTAGE); OSTAGE = 0 compiles its earlier 4-byte stores from registers, for study (same output bits;
-# 1.03-1.10x slower at head_dim 128 1K-4K, logs/ostage_rot_ab_602bd5e.json).
+# The persistent kernel with ping-pong or one consumer stores O by the tensor memory accelerator from shared memory
+# (the kernel's CUFLASH_FWD_OSTAGE); OSTAGE = 0 compiles its earlier 4-byte stores from registers, for study (same
+# output bits; 1.03-1.10x slower at head_dim 128 1K-4K, logs/ostage_rot_ab_602bd5e.json; 1.02-1.03x with the
+# Br = 64 tile at head_dim 64 512, logs/ostage64_rot_ab_9426b05.json).
 OSTAGE = 1
 
 
