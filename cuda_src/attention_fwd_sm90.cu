@@ -715,12 +715,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         } else {
           epilogue_direct<T>(o, l, m2, out + b * o_sb + h * o_sh, o_ss, lp, wrow0, warp, lane, seqlen_q);
         }
-        g += wk.n_tiles;
       } else {
-        g += wk.n_tiles;
         epilogue<T, HEAD_DIM, Br>(o, l, m2, sgen + c * 64 * 128, out + b * o_sb + h * o_sh, o_ss,
                                   lse + ((i64)b * heads_q + h) * seqlen_q, wrow0, warp, lane, seqlen_q);
       }
+      g += wk.n_tiles;
     }
     if (OSTAGE && (tid & 127) == 0) bulk_wait_all();  // the last O stores have completed
   }
