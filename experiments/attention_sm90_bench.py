@@ -65,7 +65,7 @@ def parse_args(argv):
 
 
 # ---------------------------------------------------------------------------------------------- SASS evidence
-def _cuobjdump():
+def _disassembler():
     """(disassembler, its SASS argument): cuobjdump -sass, else nvdisasm -c (on the PATH or in the nvidia cu13 wheel
     beside NVRTC); None when neither is there."""
     for cand in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
@@ -93,7 +93,7 @@ def sass_evidence(configs) -> list[dict]:
     from cuflash import _attention_sm90 as S90
     from cuflash import _compile
 
-    tool = _cuobjdump()
+    tool = _disassembler()
     code = (_compile.SRC_DIR / S90.SOURCE).read_text()
     out = []
     for cfg in configs:
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         path = bench.write_results("attention_sm90_sass", sass, {
             "what": "ptxas report (compile_offline, sm_90a) and SASS instruction counts (cuobjdump -sass or "
                     "nvdisasm -c) of every instantiation of cuda_src/attention_fwd_sm90.cu",
-            "disassembler": " ".join(_cuobjdump() or ("not found",))})
+            "disassembler": " ".join(_disassembler() or ("not found",))})
         print(f"wrote {path}")
         return 0
     if not bench.has_gpu():
