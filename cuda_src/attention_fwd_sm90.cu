@@ -40,9 +40,6 @@
 #ifndef CUFLASH_FWD_OSTAGE
 #define CUFLASH_FWD_OSTAGE 1
 #endif
-#ifndef CUFLASH_FWD_QPREFETCH
-#define CUFLASH_FWD_QPREFETCH 1
-#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -486,23 +483,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
             }
           }
           // the next work tile (its latency hides behind the wait for this tile's last S)
-          if constexpr (PERSIST) {
-            u = (i64)gridDim.x + atomicAdd(sched, 1u);
-            // QPREFETCH: its Q tile and first K/V tile into L2 now, STAGES K/V tiles before this tile ends; their
-            // loads wait for this tile's last S (one Q buffer), and from HBM a consumer would wait on them
-            if (CUFLASH_FWD_QPREFETCH && u < n_work) {
-              const Sm90Work nx = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left,
-                                                                  right, group_heads);
-#pragma unroll
-              for (int blk = 0; blk < HEAD_DIM / 64; ++blk) {
-                tma_prefetch_4d(&tmap_q, blk * 64, nx.q0, nx.h, nx.b);
-                if (nx.n_tiles > 0) {
-                  tma_prefetch_4d(&tmap_k, blk * 64, nx.j_lo * Bc, nx.h / group, nx.b);
-                  tma_prefetch_4d(&tmap_v, blk * 64, nx.j_lo * Bc, nx.h / group, nx.b);
-                }
-              }
-            }
-          }
+          if constexpr (PERSIST) u = (i64)gridDim.x + atomicAdd(sched, 1u);
         }
         if constexpr (PERSIST) {  // the last block out sets the counters back to 0 for the next launch
           if (atomicAdd(sched + 1, 1u) == gridDim.x - 1) {

@@ -159,17 +159,12 @@ def group_heads(p, d: int) -> int:
 # output bits; 1.03-1.10x slower at head_dim 128 1K-4K, logs/ostage_rot_ab_602bd5e.json; 1.02-1.03x with the
 # Br = 64 tile at head_dim 64 512, logs/ostage64_rot_ab_9426b05.json).
 OSTAGE = 1
-# The persistent kernel's producer prefetches the next work tile's Q tile and first K/V tile into L2 when it claims
-# it (the kernel's CUFLASH_FWD_QPREFETCH); QPREFETCH = 0 leaves it out, for study.
-QPREFETCH = 1
 
 
 def compile_options(variant: str) -> tuple[str, ...]:
-    """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on; OSTAGE, QPREFETCH)."""
+    """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on; OSTAGE)."""
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
-    if variant not in PERSISTENT:
-        return opts
-    return opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QPREFETCH else ("-DCUFLASH_FWD_QPREFETCH=0",))
+    return opts if OSTAGE or variant not in PERSISTENT else opts + ("-DCUFLASH_FWD_OSTAGE=0",)
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:

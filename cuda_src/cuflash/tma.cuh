@@ -24,15 +24,6 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaMap* map, int
       : "memory");
 }
 
-// Prefetch the box at coordinates (c0 innermost .. c3) of the 4-D tensor `map` into L2 (no shared memory, no
-// completion to wait for): a later tma_load_4d of the same box then reads L2 instead of HBM.
-__device__ __forceinline__ void tma_prefetch_4d(const TmaMap* map, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<unsigned long long>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
 // Copy the swizzled box at `src` in shared memory to coordinates (c0 innermost .. c3) of the 4-D tensor `map` (the
 // reverse of tma_load_4d); out-of-bounds elements of the box are not written. Asynchronous: a bulk group of the
 // issuing thread (bulk_commit, then bulk_wait_read before `src` is reused, bulk_wait_all before the kernel ends).
