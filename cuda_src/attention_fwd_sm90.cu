@@ -40,6 +40,9 @@
 #ifndef CUFLASH_FWD_OSTAGE
 #define CUFLASH_FWD_OSTAGE 1
 #endif
+#ifndef CUFLASH_FWD_QSPLIT
+#define CUFLASH_FWD_QSPLIT 1
+#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -417,10 +420,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   const unsigned sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const unsigned sQ = sbase, sK = sQ + Q_BYTES, sV = sK + STAGES * KV_BYTES;
   const unsigned bar_full = sV + STAGES * KV_BYTES, bar_empty = bar_full + 8 * STAGES;  // + 8 * stage
-  // PERSIST: the Q tile's pair (loaded by the producer, released by the consumers after their last S) and the
-  // work-tile slot (8 bytes); then the pinning slots
-  const unsigned bar_qfull = bar_empty + 8 * STAGES, bar_qempty = bar_qfull + 8, work_slot = bar_qempty + 8;
-  const unsigned pin_slots = bar_qfull + (PERSIST ? 24 : 0);
+  // PERSIST: the Q tile in QPARTS parts, each with its pair (loaded by the producer, released by the part's
+  // consumers after their last S) and its copy of the work-tile slot (8 bytes); then the pinning slots. QSPLIT:
+  // a part per consumer (its 64 rows), so that a consumer's next Q loads as soon as its own last S has read its
+  // rows, not the last consumer's (ping-pong: a turn earlier for consumer 0, which starts the next tile first).
+  constexpr int QPARTS = CUFLASH_FWD_QSPLIT ? NWG : 1, QPART_WG = NWG / QPARTS;
+  const unsigned bar_qfull = bar_empty + 8 * STAGES, bar_qempty = bar_qfull + 8 * QPARTS;
+  const unsigned work_slot = bar_qempty + 8 * QPARTS;
+  const unsigned pin_slots = bar_qfull + (PERSIST ? 24 * QPARTS : 0);
   unsigned char* const sgen = smem_raw + (sbase - smem_u32(smem_raw));
 
   const int tid = threadIdx.x, wg = tid >> 7;
@@ -433,8 +440,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       mbar_init(bar_empty + 8 * s, NWG * 4);  // one arrival per consumer warp
     }
     if (PERSIST) {
-      mbar_init(bar_qfull, 1);
-      mbar_init(bar_qempty, NWG * 4);
+      for (int p = 0; p < QPARTS; ++p) {
+        mbar_init(bar_qfull + 8 * p, 1);
+        mbar_init(bar_qempty + 8 * p, QPART_WG * 4);
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -454,22 +463,32 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         int g = 0;
         i64 u = PERSIST ? blockIdx.x : 0;
         for (int w = 0; PERSIST || w == 0; ++w) {
-          if constexpr (PERSIST) {  // the consumers are done with the previous tile's Q (and have read its u)
-            if (w > 0) mbar_wait(bar_qempty, (w - 1) & 1);
-            asm volatile("st.shared.s64 [%0], %1;\n" ::"r"(work_slot), "l"(u) : "memory");
-            if (u >= n_work) {  // none left: the consumers see it in the slot
-              mbar_arrive(bar_qfull);
-              break;
+          // Q part p's consumers are done with the previous tile's (and have read its u): u into their slot
+          auto publish = [&](int p) {
+            if (w > 0) mbar_wait(bar_qempty + 8 * p, (w - 1) & 1);
+            asm volatile("st.shared.s64 [%0], %1;\n" ::"r"(work_slot + 8 * p), "l"(u) : "memory");
+          };
+          if (PERSIST && u >= n_work) {  // none left: the consumers see it in their slots
+            for (int p = 0; p < QPARTS; ++p) {
+              publish(p);
+              mbar_arrive(bar_qfull + 8 * p);
             }
+            break;
           }
           const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right,
                                                             group_heads);
           const int hk = wk.h / group;
-          if (PERSIST) {  // this work tile's Q
-            mbar_arrive_expect_tx(bar_qfull, Q_BYTES);
+          if constexpr (PERSIST) {  // this work tile's Q, part by part (64-row boxes)
+            for (int p = 0; p < QPARTS; ++p) {
+              const unsigned qfull = bar_qfull + 8 * p;
+              publish(p);
+              mbar_arrive_expect_tx(qfull, Q_BYTES / QPARTS);
+              for (int r = p * QPART_WG; r < (p + 1) * QPART_WG; ++r)
 #pragma unroll
-            for (int blk = 0; blk < HEAD_DIM / 64; ++blk)
-              tma_load_4d(sQ + blk * (Br * 128), &tmap_q, blk * 64, wk.q0, wk.h, wk.b, bar_qfull);
+                for (int blk = 0; blk < HEAD_DIM / 64; ++blk)
+                  tma_load_4d(sQ + blk * (Br * 128) + r * (64 * 128), &tmap_q, blk * 64, wk.q0 + 64 * r, wk.h, wk.b,
+                              qfull);
+            }
           }
           for (int it = 0; it < wk.n_tiles; ++it, ++g) {
             const int st = g % STAGES, k0 = (wk.j_lo + it) * Bc;
@@ -534,6 +553,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     // same): the addresses and wgmma descriptors derived from it then live in uniform registers
     const int c = __shfl_sync(0xffffffffu, wg - 1, 0);
     const unsigned sQw = sQ + c * 64 * 128;
+    const int qpart = c / QPART_WG;  // (PERSIST) its part of the Q tile
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
     bool turns_started = false;  // (ping-pong) the first turn has been given
     int o_stage = -1;            // (OSTAGE) the stage whose K tile holds the previous work tile's O being stored
@@ -541,8 +561,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
       i64 u = 0;
       if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
-        mbar_wait(bar_qfull, w & 1);
-        asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(work_slot) : "memory");
+        mbar_wait(bar_qfull + 8 * qpart, w & 1);
+        asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(work_slot + 8 * qpart) : "memory");
         if (OSTAGE && o_stage >= 0) {  // the previous O has left shared memory: release its stage
           if ((tid & 127) == 0) {
             bulk_wait_read<0>();
@@ -571,7 +591,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       auto release_q = [&]() {
         if constexpr (PERSIST) {
           __syncwarp();
-          if (lane == 0) mbar_arrive(bar_qempty);
+          if (lane == 0) mbar_arrive(bar_qempty + 8 * qpart);
         }
       };
       auto last_s_done = [&]() {  // this warpgroup's last S has completed: Q and (OSTAGE) the last K tile read

@@ -159,12 +159,18 @@ def group_heads(p, d: int) -> int:
 # output bits; 1.03-1.10x slower at head_dim 128 1K-4K, logs/ostage_rot_ab_602bd5e.json; 1.02-1.03x with the
 # Br = 64 tile at head_dim 64 512, logs/ostage64_rot_ab_9426b05.json).
 OSTAGE = 1
+# The persistent kernel loads and releases the Q tile per consumer, each its 64 rows (the kernel's
+# CUFLASH_FWD_QSPLIT): a consumer's next Q loads once its own last S has read its rows. QSPLIT = 0 loads the whole
+# tile once every consumer's last S has, for study (the same output bits).
+QSPLIT = 1
 
 
 def compile_options(variant: str) -> tuple[str, ...]:
-    """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on; OSTAGE)."""
+    """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on; OSTAGE, QSPLIT)."""
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
-    return opts if OSTAGE or variant not in PERSISTENT else opts + ("-DCUFLASH_FWD_OSTAGE=0",)
+    if variant not in PERSISTENT:
+        return opts
+    return opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QSPLIT else ("-DCUFLASH_FWD_QSPLIT=0",))
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
@@ -172,7 +178,8 @@ def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False)
     slot per consumer warp when ``pin``)."""
     if variant == "simple":
         return 2 * head_dim * (Br + 4 * Bc) + 1024
-    q_bars = 24 if variant in PERSISTENT else 0  # the persistent kernel's Q full / empty pair and work-tile slot
+    # the persistent kernel's Q full / empty pair and work-tile slot, per consumer (its part of the Q tile)
+    q_bars = 24 * (Br // 64) if variant in PERSISTENT else 0
     return (2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES + q_bars
             + (16 * (Br // 64) if pin else 0))
 
@@ -440,7 +447,7 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
             explicit = variant not in (None, "auto")
             kmap = tensor_map(kk, bc) if Sk else _ZERO_MAP  # no key: no K/V tile is ever loaded
             vmap = tensor_map(vv, bc) if Sk else _ZERO_MAP
-            qmap = tensor_map(qq, br) if var in PERSISTENT else _ZERO_MAP  # the persistent producer loads Q too
+            qmap = tensor_map(qq, 64) if var in PERSISTENT else _ZERO_MAP  # the persistent producer loads Q too
             omap = tensor_map(out, 64) if var in PERSISTENT else _ZERO_MAP  # ... and stores O (64-row boxes)
             if (qmap is None or omap is None) and kmap is not None and vmap is not None and not explicit:
                 var, qmap, omap = "tma", _ZERO_MAP, _ZERO_MAP  # not describable: the same tile, non-persistent
