@@ -43,9 +43,6 @@
 #ifndef CUFLASH_FWD_QSPLIT
 #define CUFLASH_FWD_QSPLIT 1
 #endif
-#ifndef CUFLASH_FWD_KVFIRST
-#define CUFLASH_FWD_KVFIRST 1
-#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -481,22 +478,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right,
                                                             group_heads);
           const int hk = wk.h / group;
-          auto load_kv = [&](int it) {  // K/V tile it of this work tile into stage g % STAGES, once it is free
-            const int st = g % STAGES, k0 = (wk.j_lo + it) * Bc;
-            if (g >= STAGES) mbar_wait(bar_empty + 8 * st, ((g / STAGES) - 1) & 1);
-            const unsigned full = bar_full + 8 * st;
-            mbar_arrive_expect_tx(full, 2 * KV_BYTES);
-#pragma unroll
-            for (int blk = 0; blk < HEAD_DIM / 64; ++blk) {
-              tma_load_4d(sK + st * KV_BYTES + blk * (Bc * 128), &tmap_k, blk * 64, k0, hk, wk.b, full);
-              tma_load_4d(sV + st * KV_BYTES + blk * (Bc * 128), &tmap_v, blk * 64, k0, hk, wk.b, full);
-            }
-            ++g;
-          };
-          // KVFIRST (persistent): the first K/V tile before Q; its stage is released by the P V of the previous work
-          // tile's third-last K/V tile, before the last S of that tile has read Q
-          int it = 0;
-          if (PERSIST && CUFLASH_FWD_KVFIRST && wk.n_tiles > 0) load_kv(it++);
           if constexpr (PERSIST) {  // this work tile's Q, part by part (64-row boxes)
             for (int p = 0; p < QPARTS; ++p) {
               const unsigned qfull = bar_qfull + 8 * p;
@@ -509,7 +490,17 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
                               qfull);
             }
           }
-          for (; it < wk.n_tiles; ++it) load_kv(it);
+          for (int it = 0; it < wk.n_tiles; ++it, ++g) {
+            const int st = g % STAGES, k0 = (wk.j_lo + it) * Bc;
+            if (g >= STAGES) mbar_wait(bar_empty + 8 * st, ((g / STAGES) - 1) & 1);
+            const unsigned full = bar_full + 8 * st;
+            mbar_arrive_expect_tx(full, 2 * KV_BYTES);
+#pragma unroll
+            for (int blk = 0; blk < HEAD_DIM / 64; ++blk) {
+              tma_load_4d(sK + st * KV_BYTES + blk * (Bc * 128), &tmap_k, blk * 64, k0, hk, wk.b, full);
+              tma_load_4d(sV + st * KV_BYTES + blk * (Bc * 128), &tmap_v, blk * 64, k0, hk, wk.b, full);
+            }
+          }
           // the next work tile (its latency hides behind the wait for this tile's last S)
           if constexpr (PERSIST) u = (i64)gridDim.x + atomicAdd(sched, 1u);
         }

@@ -164,9 +164,6 @@ OSTAGE = 1
 # tile once every consumer's last S has, for study (the same output bits; rotated A/B, logs/qsplit_rot_ab_*_ebe65aa:
 # the split 1.01x at head_dim 64 causal 1K-4K, 0.997-1.002x elsewhere).
 QSPLIT = 1
-# The persistent producer issues a work tile's first K/V tile before its Q (the kernel's CUFLASH_FWD_KVFIRST);
-# KVFIRST = 0 issues Q first, for study (the same output bits).
-KVFIRST = 1
 
 
 def compile_options(variant: str) -> tuple[str, ...]:
@@ -175,8 +172,7 @@ def compile_options(variant: str) -> tuple[str, ...]:
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
     if variant not in PERSISTENT:
         return opts
-    return (opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QSPLIT else ("-DCUFLASH_FWD_QSPLIT=0",))
-            + (() if KVFIRST else ("-DCUFLASH_FWD_KVFIRST=0",)))
+    return opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QSPLIT else ("-DCUFLASH_FWD_QSPLIT=0",))
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
