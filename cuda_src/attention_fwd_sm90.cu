@@ -363,7 +363,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // ======================================================================================================
 // Version 4: producer warpgroup (cp.async ring + mbarriers) and NWG consumer warpgroups; intra-warpgroup
 // pipelining; PINGPONG orders the two consumers' wgmma issues (NWG == 2). Block = (NWG + 1) * 128 threads.
-// Shared memory: Q (Br x HEAD_DIM), K[STAGES], V[STAGES], full[STAGES], empty[STAGES], + 1024 for alignment.
+// Shared memory: Q (Br x HEAD_DIM), K[STAGES], V[STAGES], full[STAGES], empty[STAGES], (PERSIST) qfull[QPARTS],
+// qempty[QPARTS], slot[QPARTS], (PIN) 4 bytes a consumer warp, + 1024 for alignment.
 // ======================================================================================================
 // TMA: K/V by the tensor memory accelerator through the 4-D maps tmap_k / tmap_v (head_dim, seqlen_k, heads_kv,
 // batch; box 64 x Bc, 128-byte swizzle); else by cp.async from every producer thread (the maps are unused).
@@ -373,7 +374,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // current tile's K/V loads are issued: the tiles go to the blocks as they free up, as the hardware hands out the
 // blocks of the non-persistent grid (a fixed share, u = c, c + gridDim.x, ..., waits for the slowest SM, and on
 // causal masks for the block with the longest tiles). The producer passes u to the consumers in a shared-memory slot
-// published by the Q tile's "full" mbarrier; u >= n_work (no tile left) ends both. The last block out (sched[1]
+// per Q part, each published by that part's "full" mbarrier; u >= n_work (no tile left) ends both. The last block out (sched[1]
 // counts them) sets both counters back to 0 for the next launch on the stream.
 // The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
 // the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
@@ -422,8 +423,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   const unsigned bar_full = sV + STAGES * KV_BYTES, bar_empty = bar_full + 8 * STAGES;  // + 8 * stage
   // PERSIST: the Q tile in QPARTS parts, each with its pair (loaded by the producer, released by the part's
   // consumers after their last S) and its copy of the work-tile slot (8 bytes); then the pinning slots. QSPLIT:
-  // a part per consumer (its 64 rows), so that a consumer's next Q loads as soon as its own last S has read its
-  // rows, not the last consumer's (ping-pong: a turn earlier for consumer 0, which starts the next tile first).
+  // a part per consumer (its 64 rows), so that a consumer's next Q loads once its own last S has read its rows
+  // and the parts before it are released (the producer publishes them in order, after the tile's K/V loads), not
+  // once every consumer's has (ping-pong: a turn earlier for consumer 0, which starts the next tile first).
   constexpr int QPARTS = CUFLASH_FWD_QSPLIT ? NWG : 1, QPART_WG = NWG / QPARTS;
   const unsigned bar_qfull = bar_empty + 8 * STAGES, bar_qempty = bar_qfull + 8 * QPARTS;
   const unsigned work_slot = bar_qempty + 8 * QPARTS;
@@ -463,31 +465,31 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         int g = 0;
         i64 u = PERSIST ? blockIdx.x : 0;
         for (int w = 0; PERSIST || w == 0; ++w) {
-          // Q part p's consumers are done with the previous tile's (and have read its u): u into their slot
-          auto publish = [&](int p) {
+          // Q part p's consumers are done with the previous tile's (and have read its u): u into their slot, then
+          // the part's "full" barrier expects `bytes` (0: no tile left, a plain arrival)
+          auto publish = [&](int p, unsigned bytes) {
             if (w > 0) mbar_wait(bar_qempty + 8 * p, (w - 1) & 1);
             asm volatile("st.shared.s64 [%0], %1;\n" ::"r"(work_slot + 8 * p), "l"(u) : "memory");
+            mbar_arrive_expect_tx(bar_qfull + 8 * p, bytes);
           };
-          if (PERSIST && u >= n_work) {  // none left: the consumers see it in their slots
-            for (int p = 0; p < QPARTS; ++p) {
-              publish(p);
-              mbar_arrive(bar_qfull + 8 * p);
+          if constexpr (PERSIST) {
+            if (u >= n_work) {  // none left: the consumers see it in their slots
+              for (int p = 0; p < QPARTS; ++p) publish(p, 0);
+              break;
             }
-            break;
           }
           const Sm90Work wk = sm90_work_tile<Br, Bc, PERSIST>(u, n_q, heads_q, batch, seqlen_q, seqlen_k, left, right,
                                                             group_heads);
           const int hk = wk.h / group;
           if constexpr (PERSIST) {  // this work tile's Q, part by part (64-row boxes)
             for (int p = 0; p < QPARTS; ++p) {
-              const unsigned qfull = bar_qfull + 8 * p;
-              publish(p);
-              mbar_arrive_expect_tx(qfull, Q_BYTES / QPARTS);
-              for (int r = p * QPART_WG; r < (p + 1) * QPART_WG; ++r)
+              publish(p, Q_BYTES / QPARTS);
+              for (int r = p * QPART_WG; r < (p + 1) * QPART_WG; ++r) {
 #pragma unroll
                 for (int blk = 0; blk < HEAD_DIM / 64; ++blk)
                   tma_load_4d(sQ + blk * (Br * 128) + r * (64 * 128), &tmap_q, blk * 64, wk.q0 + 64 * r, wk.h, wk.b,
-                              qfull);
+                              bar_qfull + 8 * p);
+              }
             }
           }
           for (int it = 0; it < wk.n_tiles; ++it, ++g) {
@@ -553,7 +555,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     // same): the addresses and wgmma descriptors derived from it then live in uniform registers
     const int c = __shfl_sync(0xffffffffu, wg - 1, 0);
     const unsigned sQw = sQ + c * 64 * 128;
-    const int qpart = c / QPART_WG;  // (PERSIST) its part of the Q tile
+    // (PERSIST) its part of the Q tile: that part's full / empty pair and work-tile slot
+    const int qpart = c / QPART_WG;
+    const unsigned qfull_c = bar_qfull + 8 * qpart, qempty_c = bar_qempty + 8 * qpart, slot_c = work_slot + 8 * qpart;
     int g = 0;  // K/V tiles consumed so far by this block (the producer's count)
     bool turns_started = false;  // (ping-pong) the first turn has been given
     int o_stage = -1;            // (OSTAGE) the stage whose K tile holds the previous work tile's O being stored
@@ -561,8 +565,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
       i64 u = 0;
       if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
-        mbar_wait(bar_qfull + 8 * qpart, w & 1);
-        asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(work_slot + 8 * qpart) : "memory");
+        mbar_wait(qfull_c, w & 1);
+        asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(slot_c) : "memory");
         if (OSTAGE && o_stage >= 0) {  // the previous O has left shared memory: release its stage
           if ((tid & 127) == 0) {
             bulk_wait_read<0>();
@@ -587,11 +591,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
       // each to land and releases its stage (an arrival before the stage is refilled would count towards the
       // previous phase). Those tiles are fully masked for its rows: the same bits for finite inputs.
       const int n_tiles = (!PINGPONG && NWG > 1) ? own_tiles<Bc>(wk, wrow0, seqlen_q, seqlen_k, right) : wk.n_tiles;
-      // PERSIST: the producer loaded Q (TMA); each warp releases it after its warpgroup's last S (release_q)
+      // PERSIST: the producer loaded Q (TMA); each warp releases its part after its warpgroup's last S (release_q)
       auto release_q = [&]() {
         if constexpr (PERSIST) {
           __syncwarp();
-          if (lane == 0) mbar_arrive(bar_qempty + 8 * qpart);
+          if (lane == 0) mbar_arrive(qempty_c);
         }
       };
       auto last_s_done = [&]() {  // this warpgroup's last S has completed: Q and (OSTAGE) the last K tile read

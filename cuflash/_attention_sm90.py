@@ -160,9 +160,10 @@ def group_heads(p, d: int) -> int:
 # Br = 64 tile at head_dim 64 512, logs/ostage64_rot_ab_9426b05.json).
 OSTAGE = 1
 # The persistent kernel loads and releases the Q tile per consumer, each its 64 rows (the kernel's
-# CUFLASH_FWD_QSPLIT): a consumer's next Q loads once its own last S has read its rows. QSPLIT = 0 loads the whole
-# tile once every consumer's last S has, for study (the same output bits; rotated A/B, logs/qsplit_rot_ab_*_ebe65aa:
-# the split 1.01x at head_dim 64 causal 1K-4K, 0.997-1.002x elsewhere).
+# CUFLASH_FWD_QSPLIT): a consumer's next Q loads once its own last S has read its rows and the parts before it are
+# released (the producer publishes them in order). QSPLIT = 0 loads the whole tile once every consumer's last S has,
+# for study (the same output bits; rotated A/B, logs/qsplit_rot_ab_*_ebe65aa: the split 1.01x at head_dim 64 causal
+# 1K-4K, 0.997-1.002x elsewhere).
 QSPLIT = 1
 
 
@@ -180,8 +181,8 @@ def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False)
     slot per consumer warp when ``pin``)."""
     if variant == "simple":
         return 2 * head_dim * (Br + 4 * Bc) + 1024
-    # the persistent kernel's Q full / empty pair and work-tile slot, per consumer (its part of the Q tile)
-    q_bars = 24 * (Br // 64) if variant in PERSISTENT else 0
+    # the persistent kernel's Q full / empty pair and work-tile slot per Q part: per consumer, or one (QSPLIT = 0)
+    q_bars = 24 * (Br // 64 if QSPLIT else 1) if variant in PERSISTENT else 0
     return (2 * head_dim * (Br + 2 * WS_STAGES * Bc) + 1024 + 16 * WS_STAGES + q_bars
             + (16 * (Br // 64) if pin else 0))
 

@@ -13,7 +13,7 @@ for tool in synccheck memcheck; do
 import cupy as cp, cuflash
 from cuflash import _attention_sm90 as S
 from cuflash._attn_common import prepare
-for d, tile in ((128, (128, 128, 128)), (64, (128, 128, 64)), (64, (64, 128, 64)), (64, (192, 128, 64))):
+for d, tile in ((128, (128, 128, 128)), (128, (128, 128, 64)), (64, (128, 128, 64)), (64, (64, 128, 64)), (64, (192, 128, 64))):
     for (b, h, sq, sk, causal, win) in ((8, 16, 512, 100, True, (-1, -1)), (4, 16, 700, 300, False, (60, 0)), (2, 8, 1000, 1000, True, (-1, -1)), (3, 4, 33, 500, False, (-1, -1))):
         q = cp.random.standard_normal((b, h, sq, d), dtype=cp.float32).astype(cuflash.bfloat16)
         k, v = (cp.random.standard_normal((b, h, sk, d), dtype=cp.float32).astype(cuflash.bfloat16) for _ in range(2))
