@@ -374,8 +374,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) attention_fwd_sm90(SM90_KERNEL_P
 // current tile's K/V loads are issued: the tiles go to the blocks as they free up, as the hardware hands out the
 // blocks of the non-persistent grid (a fixed share, u = c, c + gridDim.x, ..., waits for the slowest SM, and on
 // causal masks for the block with the longest tiles). The producer passes u to the consumers in a shared-memory slot
-// per Q part, each published by that part's "full" mbarrier; u >= n_work (no tile left) ends both. The last block out (sched[1]
-// counts them) sets both counters back to 0 for the next launch on the stream.
+// per Q part, each published by that part's "full" mbarrier; u >= n_work (no tile left) ends both. The last block
+// out (sched[1] counts them) sets both counters back to 0 for the next launch on the stream.
 // The K/V ring and its mbarrier phases run on across work tiles (a running tile count g), so the producer loads
 // the next work tile's first K/V tiles while the consumers finish the current one (its last P V, the epilogue,
 // the next Q): the block launch, the barrier setup and the first loads' latency are paid once per SM instead of
