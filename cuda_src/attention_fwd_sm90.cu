@@ -43,6 +43,9 @@
 #ifndef CUFLASH_FWD_QSPLIT
 #define CUFLASH_FWD_QSPLIT 1
 #endif
+#ifndef CUFLASH_FWD_OREL_LATE
+#define CUFLASH_FWD_OREL_LATE 1
+#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -562,20 +565,27 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     bool turns_started = false;  // (ping-pong) the first turn has been given
     int o_stage = -1;            // (OSTAGE) the stage whose K tile holds the previous work tile's O being stored
     int kfree = BAR_KFREE;       // (OSTAGE) this work tile's K-tile-free pair: BAR_KFREE or BAR_KFREE + 2
+    // (OSTAGE) the previous work tile's O has left shared memory: its stage back to the producer. OREL_LATE: after
+    // this tile's first S is issued (the stage is the third-next K/V tile's), not before it: the wait for the copy
+    // engine to read O is off the path to the first S
+    auto release_o = [&]() {
+      if (OSTAGE && o_stage >= 0) {
+        if ((tid & 127) == 0) {
+          bulk_wait_read<0>();
+          mbar_arrive_cnt(bar_empty + 8 * o_stage, 4);  // for the warpgroup's 4 warps
+        }
+        __syncwarp();
+        o_stage = -1;
+      }
+    };
     for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
       i64 u = 0;
       if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
         mbar_wait(qfull_c, w & 1);
         asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(slot_c) : "memory");
-        if (OSTAGE && o_stage >= 0) {  // the previous O has left shared memory: release its stage
-          if ((tid & 127) == 0) {
-            bulk_wait_read<0>();
-            mbar_arrive_cnt(bar_empty + 8 * o_stage, 4);  // for the warpgroup's 4 warps
-          }
-          __syncwarp();
-          o_stage = -1;
-        }
-        if (u >= n_work) {  // none left; consumer 0 takes consumer 1's last pass of the turn
+        if (!CUFLASH_FWD_OREL_LATE) release_o();
+        if (u >= n_work) {
+          release_o();  // none left; consumer 0 takes consumer 1's last pass of the turn
           if (PINGPONG && c == 0 && turns_started) named_bar_sync(BAR_SCHED + 0, 256);
           break;
         }
@@ -649,6 +659,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + (g % STAGES) * KV_BYTES);
         wgmma_commit();
         turn_pass(false);
+        release_o();
         wgmma_wait<0>();
         fence_regs(s);
         if (n_tiles == 1) last_s_done();
@@ -712,6 +723,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         __syncwarp();
         if (lane == 0 && !OSTAGE) mbar_arrive(bar_empty + 8 * lst);  // (OSTAGE: after O is stored from it)
       }
+      release_o();  // (no K/V tile: not released above)
       for (int it = n_tiles; it < wk.n_tiles; ++it) {  // the trailing tiles no row of this warpgroup sees
         const int gi = g + it;
         mbar_wait(bar_full + 8 * (gi % STAGES), (gi / STAGES) & 1);
