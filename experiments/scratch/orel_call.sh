@@ -10,3 +10,4 @@ for dt in bfloat16 float16; do
     "tmap%OREL_LATE=0" --seqlens 1024 2048 4096 --head-dims 128 --rounds 8 --rep 10 --dtype $dt 2>&1 \
     | grep head_dim | sed 's/tflops_//g; s/ | ms_[^|]*//g' | cut -c1-300
 done
+cp experiments/results/orel_rot_ab_*.json "$OUT"/ 2>/dev/null; true
