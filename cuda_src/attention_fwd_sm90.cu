@@ -565,9 +565,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     bool turns_started = false;  // (ping-pong) the first turn has been given
     int o_stage = -1;            // (OSTAGE) the stage whose K tile holds the previous work tile's O being stored
     int kfree = BAR_KFREE;       // (OSTAGE) this work tile's K-tile-free pair: BAR_KFREE or BAR_KFREE + 2
-    // (OSTAGE) the previous work tile's O has left shared memory: its stage back to the producer. OREL_LATE: after
-    // this tile's first S is issued (the stage is the third-next K/V tile's), not before it: the wait for the copy
-    // engine to read O is off the path to the first S
+    // (OSTAGE) the previous work tile's O has left shared memory: its stage back to the producer. OREL_LATE = 1:
+    // after this tile's first S is issued (the stage is the third-next K/V tile's), not before it (0): the wait for
+    // the copy engine to read O is off the path to the first S; 2: after the second issue (S_1 and P_0 V_0; with
+    // one K/V tile, its P V), off the first softmax's path too
     auto release_o = [&]() {
       if (OSTAGE && o_stage >= 0) {
         if ((tid & 127) == 0) {
@@ -659,7 +660,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + (g % STAGES) * KV_BYTES);
         wgmma_commit();
         turn_pass(false);
-        release_o();
+        if (CUFLASH_FWD_OREL_LATE == 1) release_o();
         wgmma_wait<0>();
         fence_regs(s);
         if (n_tiles == 1) last_s_done();
@@ -682,6 +683,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + pst * KV_BYTES);
           wgmma_commit();
           turn_pass(false);
+          if (CUFLASH_FWD_OREL_LATE == 2 && it == 1) release_o();
           wgmma_wait<1>();  // S_it done (P V still in flight)
           fence_regs(s);
           if (it == n_tiles - 1) last_s_done();
@@ -718,6 +720,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + lst * KV_BYTES);
         wgmma_commit();
         turn_pass(true);
+        if (CUFLASH_FWD_OREL_LATE == 2) release_o();  // (one K/V tile)
         wgmma_wait<0>();
         fence_regs(o);
         __syncwarp();

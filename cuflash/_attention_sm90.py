@@ -165,7 +165,8 @@ OSTAGE = 1
 # for study (the same output bits; rotated A/B, logs/qsplit_rot_ab_*_ebe65aa: the split 1.01x at head_dim 64 causal
 # 1K-4K, 0.997-1.002x elsewhere).
 QSPLIT = 1
-# (wip) OREL_LATE = 0: the previous work tile's O stage released before the next tile's first S (CUFLASH_FWD_OREL_LATE)
+# (wip) where the previous work tile's O stage is released (CUFLASH_FWD_OREL_LATE): 0 before the next tile's first
+# S, 1 after its issue, 2 after the second issue
 OREL_LATE = 1
 
 
@@ -176,7 +177,7 @@ def compile_options(variant: str) -> tuple[str, ...]:
     if variant not in PERSISTENT:
         return opts
     return (opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QSPLIT else ("-DCUFLASH_FWD_QSPLIT=0",))
-            + (() if OREL_LATE else ("-DCUFLASH_FWD_OREL_LATE=0",)))
+            + (() if OREL_LATE == 1 else (f"-DCUFLASH_FWD_OREL_LATE={int(OREL_LATE)}",)))
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
