@@ -43,6 +43,9 @@
 #ifndef CUFLASH_FWD_QSPLIT
 #define CUFLASH_FWD_QSPLIT 1
 #endif
+#ifndef CUFLASH_FWD_OREL_LATE
+#define CUFLASH_FWD_OREL_LATE 1
+#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -406,14 +409,18 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   // OSTAGE (persistent, ping-pong or one consumer): each consumer writes O / l of a work tile into its 64 rows of
   // the K tile of the tile's last K/V stage (free once both consumers' last S has read it: BAR_KFREE), and one
   // thread stores them with the O tensor map (tmap_o); the stage is released once the copy engine has read it,
-  // when the consumer starts its next work tile. Stored from registers instead (epilogue_direct: 4-byte stores, 32
-  // a thread at head_dim 128), O cost 7 % of a launch at head_dim 128 2K (the stores left out: 1.07x).
+  // in the consumer's next work tile (release_o, where OREL_LATE says). Stored from registers instead
+  // (epilogue_direct: 4-byte stores, 32 a thread at head_dim 128), O cost 7 % of a launch at head_dim 128 2K (the
+  // stores left out: 1.07x).
   // The K-tile-free pair alternates between two pairs of barriers from one work tile to the next: with the turns
   // running on across tiles, consumer 0 may finish the next tile's last S (a tile of one K/V tile) before
   // consumer 1 has synced on this tile's barrier, and a second arrival in the same phase would complete it.
   // (One consumer, Br = 64: its own last S is the only reader of the K tile, no barrier.)
   constexpr bool OSTAGE = PERSIST && (PINGPONG || NWG == 1) && CUFLASH_FWD_OSTAGE;
   static_assert(!OSTAGE || Bc >= 64 * NWG, "OSTAGE: every consumer's 64 rows of O inside one K tile");
+  static_assert(CUFLASH_FWD_OREL_LATE >= 0 && CUFLASH_FWD_OREL_LATE <= 2, "OREL_LATE 0, 1 or 2");
+  static_assert(!OSTAGE || CUFLASH_FWD_OREL_LATE != 2 || STAGES >= 3,
+                "OREL_LATE 2 releases the O stage after the wait for K/V tile g + 1, which must not need it");
   // named barriers: Q ready per consumer (OSTAGE: O staged, per consumer); ping-pong turn x2; K tile free 2 x 2
   constexpr int BAR_Q = 1, BAR_SCHED = 1 + NWG, BAR_KFREE = 1 + 2 * NWG;
 
@@ -562,20 +569,29 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     bool turns_started = false;  // (ping-pong) the first turn has been given
     int o_stage = -1;            // (OSTAGE) the stage whose K tile holds the previous work tile's O being stored
     int kfree = BAR_KFREE;       // (OSTAGE) this work tile's K-tile-free pair: BAR_KFREE or BAR_KFREE + 2
+    // (OSTAGE) the previous work tile's O has left shared memory: its stage ((g - 1) % STAGES, next filled with
+    // K/V tile g - 1 + STAGES) back to the producer. OREL_LATE = 1: after this tile's first S is issued, not before
+    // it (0): the wait for the copy engine to read O is off the path to the first S; 2: after the second issue
+    // (S_1 and P_0 V_0; with one K/V tile, its P V), off the first softmax's path too (needs STAGES >= 3). A tile
+    // with no K/V tile releases it after its epilogue-free path (the catch-all below the tile loop).
+    auto release_o = [&]() {
+      if (OSTAGE && o_stage >= 0) {
+        if ((tid & 127) == 0) {
+          bulk_wait_read<0>();
+          mbar_arrive_cnt(bar_empty + 8 * o_stage, 4);  // for the warpgroup's 4 warps
+        }
+        __syncwarp();
+        o_stage = -1;
+      }
+    };
     for (int w = 0; PERSIST || w == 0; ++w) {  // w: work tiles of this block so far (the Q barriers' phase)
       i64 u = 0;
       if constexpr (PERSIST) {  // the producer's claim, published with this tile's Q
         mbar_wait(qfull_c, w & 1);
         asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(u) : "r"(slot_c) : "memory");
-        if (OSTAGE && o_stage >= 0) {  // the previous O has left shared memory: release its stage
-          if ((tid & 127) == 0) {
-            bulk_wait_read<0>();
-            mbar_arrive_cnt(bar_empty + 8 * o_stage, 4);  // for the warpgroup's 4 warps
-          }
-          __syncwarp();
-          o_stage = -1;
-        }
+        if (!CUFLASH_FWD_OREL_LATE) release_o();
         if (u >= n_work) {  // none left; consumer 0 takes consumer 1's last pass of the turn
+          release_o();  // (optional: bulk_wait_all below waits for the store anyway)
           if (PINGPONG && c == 0 && turns_started) named_bar_sync(BAR_SCHED + 0, 256);
           break;
         }
@@ -649,6 +665,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         issue_qk<T, HEAD_DIM, Br, Bc>(s, sQw, sK + (g % STAGES) * KV_BYTES);
         wgmma_commit();
         turn_pass(false);
+        if (CUFLASH_FWD_OREL_LATE == 1) release_o();
         wgmma_wait<0>();
         fence_regs(s);
         if (n_tiles == 1) last_s_done();
@@ -671,6 +688,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + pst * KV_BYTES);
           wgmma_commit();
           turn_pass(false);
+          if (CUFLASH_FWD_OREL_LATE == 2 && it == 1) release_o();
           wgmma_wait<1>();  // S_it done (P V still in flight)
           fence_regs(s);
           if (it == n_tiles - 1) last_s_done();
@@ -707,11 +725,13 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + lst * KV_BYTES);
         wgmma_commit();
         turn_pass(true);
+        if (CUFLASH_FWD_OREL_LATE == 2) release_o();  // (one K/V tile)
         wgmma_wait<0>();
         fence_regs(o);
         __syncwarp();
         if (lane == 0 && !OSTAGE) mbar_arrive(bar_empty + 8 * lst);  // (OSTAGE: after O is stored from it)
       }
+      release_o();  // (no K/V tile: not released above)
       for (int it = n_tiles; it < wk.n_tiles; ++it) {  // the trailing tiles no row of this warpgroup sees
         const int gi = g + it;
         mbar_wait(bar_full + 8 * (gi % STAGES), (gi / STAGES) & 1);

@@ -165,15 +165,22 @@ OSTAGE = 1
 # for study (the same output bits; rotated A/B, logs/qsplit_rot_ab_*_ebe65aa: the split 1.01x at head_dim 64 causal
 # 1K-4K, 0.997-1.002x elsewhere).
 QSPLIT = 1
+# (wip) where the persistent consumer releases the previous work tile's O stage (CUFLASH_FWD_OREL_LATE): 0 before
+# the next tile's first S, 1 after its issue, 2 after the second issue (or the P V of a one-K/V-tile work tile;
+# needs 3 or more K/V stages)
+OREL_LATE = 1
 
 
 def compile_options(variant: str) -> tuple[str, ...]:
     """The NVRTC options a variant is launched with (pinned 'tma' / 'tmap' while PIN_SOFTMAX is on; the
-    persistent kernel's study knobs OSTAGE, QSPLIT)."""
+    persistent kernel's study knobs OSTAGE, QSPLIT, OREL_LATE)."""
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
     if variant not in PERSISTENT:
         return opts
-    return opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QSPLIT else ("-DCUFLASH_FWD_QSPLIT=0",))
+    if OREL_LATE not in (0, 1, 2):
+        raise ValueError(f"OREL_LATE must be 0, 1 or 2, not {OREL_LATE!r}")
+    return (opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QSPLIT else ("-DCUFLASH_FWD_QSPLIT=0",))
+            + (() if OREL_LATE == 1 else (f"-DCUFLASH_FWD_OREL_LATE={int(OREL_LATE)}",)))
 
 
 def smem_bytes(variant: str, head_dim: int, Br: int, Bc: int, pin: bool = False) -> int:
