@@ -418,9 +418,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
   // (One consumer, Br = 64: its own last S is the only reader of the K tile, no barrier.)
   constexpr bool OSTAGE = PERSIST && (PINGPONG || NWG == 1) && CUFLASH_FWD_OSTAGE;
   static_assert(!OSTAGE || Bc >= 64 * NWG, "OSTAGE: every consumer's 64 rows of O inside one K tile");
-  static_assert(CUFLASH_FWD_OREL_LATE >= 0 && CUFLASH_FWD_OREL_LATE <= 2, "OREL_LATE 0, 1 or 2");
-  static_assert(!OSTAGE || CUFLASH_FWD_OREL_LATE != 2 || STAGES >= 3,
-                "OREL_LATE 2 releases the O stage after the wait for K/V tile g + 1, which must not need it");
+  static_assert(CUFLASH_FWD_OREL_LATE == 0 || CUFLASH_FWD_OREL_LATE == 1, "OREL_LATE 0 or 1");
   // named barriers: Q ready per consumer (OSTAGE: O staged, per consumer); ping-pong turn x2; K tile free 2 x 2
   constexpr int BAR_Q = 1, BAR_SCHED = 1 + NWG, BAR_KFREE = 1 + 2 * NWG;
 
@@ -571,9 +569,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
     int kfree = BAR_KFREE;       // (OSTAGE) this work tile's K-tile-free pair: BAR_KFREE or BAR_KFREE + 2
     // (OSTAGE) the previous work tile's O has left shared memory: its stage ((g - 1) % STAGES, next filled with
     // K/V tile g - 1 + STAGES) back to the producer. OREL_LATE = 1: after this tile's first S is issued, not before
-    // it (0): the wait for the copy engine to read O is off the path to the first S; 2: after the second issue
-    // (S_1 and P_0 V_0; with one K/V tile, its P V), off the first softmax's path too (needs STAGES >= 3). A tile
-    // with no K/V tile releases it after its epilogue-free path (the catch-all below the tile loop).
+    // it (0): the wait for the copy engine to read O is off the path to the first S (1.004-1.018x at head_dim 128
+    // 1K-4K but for one row of 12; releasing it after the second issue was 0.7-2.6 % slower, logs/orel_rot_ab_*). A
+    // tile with no K/V tile releases it after its epilogue-free path (the catch-all below the tile loop).
     auto release_o = [&]() {
       if (OSTAGE && o_stage >= 0) {
         if ((tid & 127) == 0) {
@@ -688,7 +686,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
           issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + pst * KV_BYTES);
           wgmma_commit();
           turn_pass(false);
-          if (CUFLASH_FWD_OREL_LATE == 2 && it == 1) release_o();
           wgmma_wait<1>();  // S_it done (P V still in flight)
           fence_regs(s);
           if (it == n_tiles - 1) last_s_done();
@@ -725,7 +722,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, NWG == 1 ? 2 : 1)
         issue_pv<T, HEAD_DIM, Bc, PVN>(o, pa, sV + lst * KV_BYTES);
         wgmma_commit();
         turn_pass(true);
-        if (CUFLASH_FWD_OREL_LATE == 2) release_o();  // (one K/V tile)
         wgmma_wait<0>();
         fence_regs(o);
         __syncwarp();

@@ -165,9 +165,9 @@ OSTAGE = 1
 # for study (the same output bits; rotated A/B, logs/qsplit_rot_ab_*_ebe65aa: the split 1.01x at head_dim 64 causal
 # 1K-4K, 0.997-1.002x elsewhere).
 QSPLIT = 1
-# (wip) where the persistent consumer releases the previous work tile's O stage (CUFLASH_FWD_OREL_LATE): 0 before
-# the next tile's first S, 1 after its issue, 2 after the second issue (or the P V of a one-K/V-tile work tile;
-# needs 3 or more K/V stages)
+# where the persistent consumer releases the previous work tile's O stage (CUFLASH_FWD_OREL_LATE): 1 after the
+# next tile's first S is issued, 0 before it, for study (the same output bits; rotated A/B,
+# logs/orel_rot_ab_*_344a9e4.json: 1 is 1.004-1.018x over 0 at head_dim 128 1K-4K, 0.99x on one row of 12).
 OREL_LATE = 1
 
 
@@ -177,8 +177,8 @@ def compile_options(variant: str) -> tuple[str, ...]:
     opts = PIN_OPTIONS if (PIN_SOFTMAX and variant in PIN_VARIANTS) else ARCH_OPTIONS
     if variant not in PERSISTENT:
         return opts
-    if OREL_LATE not in (0, 1, 2):
-        raise ValueError(f"OREL_LATE must be 0, 1 or 2, not {OREL_LATE!r}")
+    if OREL_LATE not in (0, 1):
+        raise ValueError(f"OREL_LATE must be 0 or 1, not {OREL_LATE!r}")
     return (opts + (() if OSTAGE else ("-DCUFLASH_FWD_OSTAGE=0",)) + (() if QSPLIT else ("-DCUFLASH_FWD_QSPLIT=0",))
             + (() if OREL_LATE == 1 else (f"-DCUFLASH_FWD_OREL_LATE={int(OREL_LATE)}",)))
 
