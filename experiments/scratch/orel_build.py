@@ -1,6 +1,8 @@
 """Kernel cache for orel_call.sh (wip #9, no GPU): every declared kernel (kcache_offline.py) plus the persistent
 instantiations with the O stage released before the first S (OREL_LATE = 0) and after the second issue (2).
-    python experiments/scratch/orel_build.py OUTDIR   (then pack OUTDIR into .kc/kc.tgz.*, see gpu_run.sh)"""
+    python experiments/scratch/orel_build.py OUTDIR   (then pack OUTDIR into .kc/kc.tgz.*, see gpu_run.sh)
+As run at 344a9e4: OREL_LATE = 2 was dropped in 7d208f4 (a static_assert refuses it), so at later commits build
+only the 0 variant (the loop's `(0, 2)`)."""
 import subprocess
 import sys
 

@@ -3,6 +3,7 @@
 # A/B of the three places to release the previous work tile's O stage (OREL_LATE 1, 0, 2), both dtypes.
 #   python experiments/scratch/orel_build.py /tmp/kc && pack /tmp/kc into .kc/kc.tgz.* (gpu_run.sh's header)
 #   CUFLASH_COMMIT=<head> bash experiments/scratch/orel_call.sh   (carry [".kc"]; ~360 s of device time)
+# As run at 344a9e4 (the record); after 7d208f4 (OREL_LATE = 2 dropped) leave "tmap%OREL_LATE=2" out.
 bash experiments/scratch/qsplit_call.sh
 export PATH=/opt/torch/.venv/bin:$PATH PYTHONPATH=. CUPY_CACHE_DIR=$PWD/.kcache
 for dt in bfloat16 float16; do
