@@ -48,7 +48,9 @@ WARP_ROWS = 1   # rows (warps) per block on the forward's warp-per-row path (at 
 FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
 STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
 STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
-                             # as fast or faster from registers on the H200: experiments/norm_tune.py)
+                             # as fast or faster from registers on the H200: experiments/norm_tune.py; again
+                             # with the row ticket, 2026-12-01: plain LayerNorm bf16 16K 0.855 -> 0.710 of copy,
+                             # float32 8K 0.940 -> 0.870, bf16 8K 0.903 -> 0.777, logs/norm_streammin_ab_e9d009d.json)
 STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp per row (4 KiB rows)
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
 STREAM_STAGES = 3            # block path: rows staged in shared memory (this one and the next two) where three
