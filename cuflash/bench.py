@@ -83,6 +83,17 @@ def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False
             "p80_ms": float(np.percentile(t, 80)), "n": rep}
 
 
+def copy_bandwidth(nbytes: int, rep: int = 30) -> float:
+    """Device-to-device copy of ``nbytes`` (CuPy, the current device), GB/s counted as bytes read + written: the
+    ceiling a memory-bound kernel is reported against, timed in the same run."""
+    import cupy
+
+    src = cupy.empty(nbytes, dtype=cupy.uint8)
+    dst = cupy.empty_like(src)
+    ms = time_cuda(lambda: cupy.copyto(dst, src), warmup=3, rep=rep)["median_ms"]
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
 def time_rotated(fns: dict, rounds: int = 5, warmup: int = 3, rep: int = 6) -> dict:
     """Time several contenders on the same work in turn: ``rounds`` rounds, each timing every ``fns[name]()`` with
     :func:`time_cuda` (``rep`` repetitions, one warm-up call), in the order of ``fns`` rotated by one every second

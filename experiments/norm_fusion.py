@@ -78,10 +78,7 @@ def run(a, plots, predicted):
         from cuflash import reference
         from cuflash._attention_alt import from_float32
 
-        src = cp.empty(1 << 28, dtype=cp.uint8)
-        dst = cp.empty_like(src)
-        copy_gbps = 2 * src.nbytes / (bench.time_cuda(lambda: cp.copyto(dst, src), rep=20)["median_ms"] * 1e-3) / 1e9
-        del src, dst
+        copy_gbps = bench.copy_bandwidth(1 << 28, 20)
         if not a.no_torch:
             try:
                 import torch

@@ -153,10 +153,7 @@ def main(argv=None):
             print("norm_sweep: Triton peer skipped:", repr(e)[:200])
 
     # copy bandwidth, same run (read + write of 1 GiB)
-    src = cp.empty(1 << 30, dtype=cp.uint8)
-    dst = cp.empty_like(src)
-    copy_gbps = 2 * src.nbytes / (bench.time_cuda(lambda: cp.copyto(dst, src), rep=a.rep)["median_ms"] * 1e-3) / 1e9
-    del src, dst
+    copy_gbps = bench.copy_bandwidth(1 << 30, a.rep)
     print(f"copy: {copy_gbps:.0f} GB/s")
 
     hiddens = [int(h) for h in a.hiddens.split(",")]

@@ -213,11 +213,7 @@ def run(a, plots, predicted):
 
         sm = _sm()
         # copy ceiling in the same run
-        src = cp.empty(1 << 28, dtype=cp.uint8)
-        dst = cp.empty_like(src)
-        t = bench.time_cuda(lambda: cp.copyto(dst, src), warmup=3, rep=20)["median_ms"]
-        copy_gbps = 2 * src.nbytes / (t * 1e-3) / 1e9
-        del src, dst
+        copy_gbps = bench.copy_bandwidth(1 << 28, 20)
         th = None
         if not a.no_torch:
             try:

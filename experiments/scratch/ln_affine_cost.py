@@ -7,10 +7,7 @@ import cupy as cp
 from cuflash import _dtypes, bench, norm as nm
 
 NBYTES = 256 << 20
-src = cp.empty(NBYTES, dtype=cp.uint8)
-dst = cp.empty_like(src)
-copy = 2 * NBYTES / (bench.time_cuda(lambda: cp.copyto(dst, src), warmup=3, rep=30)["median_ms"] * 1e-3) / 1e9
-del src, dst
+copy = bench.copy_bandwidth(NBYTES)
 out = []
 for dname, hidden in [("bfloat16", 8192), ("bfloat16", 16384), ("bfloat16", 32768), ("float32", 16384),
                       ("float32", 32768)]:
