@@ -429,6 +429,16 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // exchange buffers and mbarriers by row parity: a peer sends row i's state only after it has received this block's
 // state of row i - 1, which this block sends after its block barrier of that row, after every thread here has
 // read row i - 2's buffer and waited for its mbarrier phase, so the buffer and the phase row i uses are free.
+// Not HOLD, with 16-byte weight vectors (W of T's size): each row's share of the weight and bias is copied into
+// the same slots by cp.async.ca, issued right after the row's loads of x, and waited for before the output phase:
+// read there from L1/L2 (as float32 weights of a 16-bit row still are), they came with no other load in flight.
+// H200, same run (logs/ln_affine_async_ab_07301ce.json): fused-residual LayerNorm bfloat16 32K 0.893 -> 0.951 of
+// copy, 16K 0.944 -> 0.975, float32 16K 0.948 -> 0.970; RMSNorm bfloat16 32K 0.920 -> 0.973, float32 16K 0.944
+// -> 0.971, with residual bfloat16 32K 0.956 -> 0.978. By cp.async.cg (L2 only) it lost where CL = 4 (RMSNorm
+// float32 16K 0.76). Plain LayerNorm with weight and bias stays off this path: it rose from 0.75 to 0.79 (bf16
+// 16K) but the per-row re-reads of both from L2, twice x's bytes, hold it there (0.98 without them in the same
+// kernel, logs/ln_affine_l1_ab_67209b5.json; L1 eviction hints did not keep them in L1,
+// logs/ln_affine_l1pol_ab_873fb11.json).
 // PF > 0 (study, with HOLD and no residual): each thread's share of the next row is loaded into a second register
 // buffer before this row's reduction, so a block keeps a row's loads in flight while it reduces, exchanges and
 // writes the current one; PF is the launch bounds' blocks per SM (LayerNorm needs 88-118 registers: 2 without
@@ -464,7 +474,8 @@ __global__ void __cluster_dims__(CL, 1, 1)
   }
   cluster_arrive_relaxed();  // waited for below, before the first st.async: the loads go out meanwhile
 
-  extern __shared__ __align__(16) unsigned char dsmem[];  // HOLD: [w | b][k][thread] weight vectors
+  constexpr bool STAGE = !HOLD && sizeof(P) == 16;  // each row's weight share copied in by cp.async.ca
+  extern __shared__ __align__(16) unsigned char dsmem[];  // HOLD, STAGE: [w | b][k][thread] weight vectors
   P* const wsm = reinterpret_cast<P*>(dsmem);
   P* const bsm = wsm + VPT * G;
   if (HOLD) {
@@ -497,6 +508,16 @@ __global__ void __cluster_dims__(CL, 1, 1)
   auto do_row = [&](const i64 row, const int it) {
     const i64 off = row * (i64)hidden;
     if (!PF) load_row(reg, row);  // PF: loaded during the previous row (the first before the loop)
+    if (STAGE && (w || b)) {  // this row's weight and bias share, in flight with its loads
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const bool in = t + k * G < body;
+        const int v = in ? t + k * G : 0;  // an empty slot copies nothing (source size 0) from a valid address
+        if (w) cp_async_ca_16(wsm + k * G + threadIdx.x, w + v * VEC, in);
+        if (b) cp_async_ca_16(bsm + k * G + threadIdx.x, b + v * VEC, in);
+      }
+      cp_async_commit();
+    }
     if (PF && row + step < rows) load_row(nxt, row + step);
     if (RES) {
       V rv[VPT];
@@ -568,6 +589,7 @@ __global__ void __cluster_dims__(CL, 1, 1)
       cluster_send_f2<CL>(mine, xb, rank, mb);
     }
     mbar_wait_cluster(mb, HOLD ? (it >> 1) & 1 : 0);
+    if (STAGE && (w || b)) cp_async_wait<0>();  // this thread's weight and bias copies have landed
     float mu = 0.f, rstd;
     if (KIND == LAYER) {  // Chan et al. over the CL blocks: mean = sum n_r mean_r / n, M2 = sum M2_r + n_r d_r^2
       float s = 0.f;
@@ -598,8 +620,8 @@ __global__ void __cluster_dims__(CL, 1, 1)
       const int v = t + k * G;
       if (v < body) {
         float wv[VEC], bv[VEC];
-        if (w) unpack<W, VEC>(HOLD ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
-        if (b) unpack<W, VEC>(HOLD ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
+        if (w) unpack<W, VEC>(HOLD || STAGE ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
+        if (b) unpack<W, VEC>(HOLD || STAGE ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
         V o;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {

@@ -432,8 +432,10 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
             pf = 0 if not (hold and FWD_CLUSTER_PREFETCH) else FWD_CLUSTER_PREFETCH if kind == LAYER else 4
             kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold, pf), _SM90_OPTIONS)
             cap = smem = 0  # one row per cluster; held: as many clusters as the device holds at once,
-            if hold:  # each thread's weight and bias vectors in shared memory
+            if hold or (affine and wdt.itemsize == dt.itemsize):  # each thread's weight and bias vectors in
+                # shared memory: held, or (16-byte weight vectors) copied there per row with the row's loads
                 smem = 4 * G * 16 * wdt.itemsize // dt.itemsize * (2 if kind == LAYER else 1)
+            if hold:
                 cap = c * (_compile.max_active_clusters(kern, c, G, smem) or _compile.sm_count(dev) // (2 * c))
             cfg = _FWD_CFG[key] = FwdPlan(False, kern, G, 1, 4, 0, smem, cap, 4, c)
             return cfg

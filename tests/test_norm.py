@@ -355,6 +355,17 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                         name, extra = asked[-1]
                         assert name == norm._fwd_cluster_name(dt, dt, kind, res, c, held) and name in declared
                         assert bool(plan.cap) == held  # held: persistent, a grid cap of whole clusters
+                        # each thread's four weight (and LayerNorm's bias) vectors in shared memory: held, or
+                        # copied there per row (16-byte weight vectors, as here); none for float32 weights of a
+                        # 16-bit row (read per use) or without weight and bias
+                        assert plan.smem == 4 * G * 16 * (2 if kind == norm.LAYER else 1), plan
+                        monkeypatch.setattr(norm, "_FWD_CFG", {})
+                        assert norm._fwd_config(kind, dt, dt, hidden, res, 0, affine=False).smem == (
+                            plan.smem if held else 0)
+                        if itemsize == 2:
+                            monkeypatch.setattr(norm, "_FWD_CFG", {})
+                            f32w = norm._fwd_config(kind, dt, np.dtype(np.float32), hidden, res, 0)
+                            assert f32w.smem == (2 * plan.smem if held else 0), f32w
                         assert extra == norm._SM90_OPTIONS
                         assert G % 32 == 0 and G <= norm.FWD_CLUSTER_MAX_THREADS and c * 4 * G >= body
                         assert c * 4 * (G - 32) < body  # G just enough
@@ -438,11 +449,12 @@ def test_forward_cluster_hold_plans(monkeypatch):
                         assert asked[-1].endswith(f", true, {n if kind == norm.LAYER else 4}>")
                         assert asked[-1] in declared
                         assert (pf.cluster, pf.G, pf.smem) == (plan.cluster, plan.G, plan.smem)
-                    if res:
-                        assert plan.cap == 0 and plan.smem == 0
+                    per = 4 * plan.G * 16 * np.dtype(wdt).itemsize // np.dtype(dt).itemsize
+                    if res:  # not held: the weights copied in per row where they are 16-byte vectors
+                        same = np.dtype(wdt) == np.dtype(dt)
+                        assert plan.cap == 0 and plan.smem == (per * (2 if kind == norm.LAYER else 1) if same else 0)
                     else:
                         assert plan.cap == 8 * (120 // 8)
-                        per = 4 * plan.G * 16 * np.dtype(wdt).itemsize // np.dtype(dt).itemsize
                         assert plan.smem == per * (2 if kind == norm.LAYER else 1)
 
 

@@ -3,6 +3,7 @@
 //   smem_u32(p)              the 32-bit shared-window address of a shared-memory pointer
 //   cp_async_16(dst, src, p) copy 16 bytes when p, else write 16 zero bytes (nothing is read; src must still be
 //                            a valid-looking address, e.g. a base pointer). .cg: cached in L2 only.
+//   cp_async_ca_16(d, s, p)  the same from a generic shared-memory pointer, .ca: allocated in L1 as well
 //   cp_async_slot(d, s, pol) copy 16 bytes with an L2 eviction policy (createpolicy's 64-bit descriptor), .cg
 //   cp_async_4(dst, src, p)  the same as cp_async_16 for 4 bytes (.ca: .cg copies only 16)
 //   cp_async_commit()        closes the group of this thread's copies issued since the last commit
@@ -32,6 +33,11 @@ __device__ __forceinline__ void sts_16(uint32_t a, uint4 v) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
   int n = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+// 16 bytes (0 when !pred: zero-filled) from global memory to a generic shared-memory pointer, allocated in L1 too.
+__device__ __forceinline__ void cp_async_ca_16(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(pred ? 16 : 0)
+               : "memory");
 }
 // 16 bytes from generic pointers (smem a shared-memory one) with the L2 cache hint pol.
 __device__ __forceinline__ void cp_async_slot(void* smem, const void* gmem, unsigned long long pol) {
