@@ -407,6 +407,31 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// norm_fwd_cluster's output phase, y = (h - mu) * rstd * w + b over a thread's VPT vectors (v = t + k * G), for
+// one presence of the weight and bias (HW, HB; SM: read from the thread's shared-memory slots, else per use)
+template <bool HW, bool HB, bool SM, int VPT, typename V, typename P, typename W, typename T>
+__device__ __forceinline__ void cluster_emit(const V (&reg)[VPT], float mu, float rstd, const W* __restrict__ w,
+                                             const W* __restrict__ b, const P* wsm, const P* bsm,
+                                             T* __restrict__ yr, int t, int G, int body) {
+  constexpr int VEC = Vec16<T>::N;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = t + k * G;
+    if (v < body) {
+      float wv[VEC], bv[VEC];
+      if (HW) unpack<W, VEC>(SM ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
+      if (HB) unpack<W, VEC>(SM ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
+      V o;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float r = (to_float(reg[k].v[i]) - mu) * rstd;
+        o.v[i] = from_float<T>(HW ? (HB ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (HB ? r + bv[i] : r));
+      }
+      o.store(yr + (i64)v * VEC);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Forward of a long row of whole 16-byte vectors over the CL blocks of a thread-block cluster (sm_90+): one row
 // per cluster (gridDim.x = rows * CL), block r owning vectors [r * 4G, (r + 1) * 4G) of it, four a thread, in
@@ -450,34 +475,6 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
 // spills; at 4 it took 56-64 and ran at 0.75-0.85 of copy without weights where RMSNorm, 40 registers and 6
 // blocks, ran at 0.97-0.98); the others 4 (at 5, CL = 8, the held forms and float16 with float32 weights and a
 // residual spill).
-#ifndef CUFLASH_EMIT_SPLIT
-#define CUFLASH_EMIT_SPLIT 1  // study: 0 the output loop with w and b tested per vector (as before)
-#endif
-// norm_fwd_cluster's output phase, y = (h - mu) * rstd * w + b over a thread's VPT vectors (v = t + k * G), for
-// one presence of the weight and bias (HW, HB; SM: read from the thread's shared-memory slots, else per use)
-template <bool HW, bool HB, bool SM, int VPT, typename V, typename P, typename W, typename T>
-__device__ __forceinline__ void cluster_emit(const V (&reg)[VPT], float mu, float rstd, const W* __restrict__ w,
-                                             const W* __restrict__ b, const P* wsm, const P* bsm,
-                                             T* __restrict__ yr, int t, int G, int body) {
-  constexpr int VEC = Vec16<T>::N;
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = t + k * G;
-    if (v < body) {
-      float wv[VEC], bv[VEC];
-      if (HW) unpack<W, VEC>(SM ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
-      if (HB) unpack<W, VEC>(SM ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
-      V o;
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float r = (to_float(reg[k].v[i]) - mu) * rstd;
-        o.v[i] = from_float<T>(HW ? (HB ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (HB ? r + bv[i] : r));
-      }
-      o.store(yr + (i64)v * VEC);
-    }
-  }
-}
-
 template <typename T, typename W, int KIND, bool RES, int CL, bool HOLD = false, int PF = 0>
 __global__ void __cluster_dims__(CL, 1, 1)
     __launch_bounds__(256, PF ? PF : (KIND == LAYER && !RES && !HOLD && CL <= 4 ? 5 : 4))
@@ -644,33 +641,15 @@ __global__ void __cluster_dims__(CL, 1, 1)
     }
 
     // ---- y = (h - mu) * rstd * w + b; weights from shared memory (HOLD, STAGE) or read per use (L1/L2). One
-    // loop per presence of w and b (HW, HB), chosen once: tested per vector, the branches around each weight load
-    // and the four-way select took ~40 % more instructions than the same kernel without weights (Nsight Compute,
-    // plain LayerNorm float32 16K, logs/ncu_ln_cluster_affine_7e0b2c8.txt)
+    // loop per presence of w and b (HW, HB), chosen once a row: with both tested per vector (branches around each
+    // weight load, a four-way select) plain LayerNorm ran this path at 0.72-0.90 of copy, specialised 0.82-0.95
+    // (bfloat16 16K 0.78 -> 0.88, float32 16K 0.83 -> 0.89; logs/norm_emit_ab_20b5a00.json; Nsight Compute:
+    // logs/ncu_ln_cluster_{bare,affine}_009c85a.txt, logs/ncu_ln_cluster_emit_20b5a00.txt)
     constexpr bool SM = HOLD || STAGE;
-#if CUFLASH_EMIT_SPLIT
     if (w && b) cluster_emit<true, true, SM, VPT>(reg, mu, rstd, w, b, wsm, bsm, y + off, t, G, body);
     else if (w) cluster_emit<true, false, SM, VPT>(reg, mu, rstd, w, b, wsm, bsm, y + off, t, G, body);
     else if (b) cluster_emit<false, true, SM, VPT>(reg, mu, rstd, w, b, wsm, bsm, y + off, t, G, body);
     else cluster_emit<false, false, SM, VPT>(reg, mu, rstd, w, b, wsm, bsm, y + off, t, G, body);
-#else
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = t + k * G;
-      if (v < body) {
-        float wv[VEC], bv[VEC];
-        if (w) unpack<W, VEC>(HOLD || STAGE ? wsm[k * G + threadIdx.x] : P::load(w + v * VEC), wv);
-        if (b) unpack<W, VEC>(HOLD || STAGE ? bsm[k * G + threadIdx.x] : P::load(b + v * VEC), bv);
-        V o;
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float r = (to_float(reg[k].v[i]) - mu) * rstd;
-          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
-        }
-        o.store(y + off + (i64)v * VEC);
-      }
-    }
-#endif
     if (PF) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) reg[k] = nxt[k];

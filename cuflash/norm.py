@@ -88,6 +88,12 @@ FWD_CLUSTER_LAYER_NO_AFFINE = 4  # LayerNorm without residual, weight or bias ta
                                  # (bf16 64K 0.75 vs 0.82). Staging those weights in shared memory by cp.async
                                  # behind the row's loads did not close it (bf16 16K 0.74, 32K 0.62 vs 0.71;
                                  # experiments/results/ln_stagew_probe*.json, 266b6e8): removed
+FWD_CLUSTER_LAYER_AFFINE = 2  # LayerNorm without residual but with weight and/or bias of x's dtype (staged in
+                              # shared memory per row) takes the cluster path when the row needs at most this many
+                              # blocks (0: never). Since its output loop is specialised per presence of weight and
+                              # bias (20b5a00), H200, same run (logs/ln_cluster_ab_20b5a00.json): bf16 16K 0.878 vs
+                              # 0.856 of copy, float32 8K 0.944 vs 0.939; at 4 blocks it trails (bf16 32K 0.818 vs
+                              # 0.851, float32 16K 0.884 vs 0.894)
 FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least this many bytes (32K: the cluster
                                            # geometry's longest), which take it in the held form (FWD_CLUSTER_HOLD's):
                                            # 0.72 -> 0.84 of copy. It did not gain on float32 8K / 16K (0.87 against
@@ -411,7 +417,8 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
 
     On compute capability 9.0, rows that :func:`_fwd_cluster_geometry` covers run ``norm_fwd_cluster`` when they
     are RMSNorm or fused-residual rows, LayerNorm rows without weight and bias over at most
-    ``FWD_CLUSTER_LAYER_NO_AFFINE`` blocks, or float32 plain LayerNorm rows of ``FWD_CLUSTER_PLAIN_LAYER_BYTES``
+    ``FWD_CLUSTER_LAYER_NO_AFFINE`` blocks, LayerNorm rows with weights of x's dtype over at most
+    ``FWD_CLUSTER_LAYER_AFFINE`` blocks, or float32 plain LayerNorm rows of ``FWD_CLUSTER_PLAIN_LAYER_BYTES``
     (these in the held, persistent form). Otherwise:
     Rows of whole 16-byte vectors that fit two stages in shared memory are streamed (``norm_fwd_stream``: a warp
     per row up to ``STREAM_WARP_MAX_VECS`` vectors, else a block). Others run ``norm_fwd`` with the row in
@@ -420,13 +427,15 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, STREAM_STAGES, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
            FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES,
-           FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE)
+           FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE, FWD_CLUSTER_LAYER_AFFINE)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
         plain_held = _plain_layer_held(kind, dt, hidden, res)
         bare = geo is not None and not affine and not res and geo[0] <= FWD_CLUSTER_LAYER_NO_AFFINE
-        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held or bare):
+        staged = (geo is not None and affine and not res and wdt.itemsize == dt.itemsize
+                  and geo[0] <= FWD_CLUSTER_LAYER_AFFINE)
+        if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held or bare or staged):
             c, G = geo
             hold = (FWD_CLUSTER_HOLD or plain_held) and not res
             pf = 0 if not (hold and FWD_CLUSTER_PREFETCH) else FWD_CLUSTER_PREFETCH if kind == LAYER else 4

@@ -345,8 +345,9 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                         plan = norm._fwd_config(kind, dt, dt, hidden, res, 0)
                         held = (kind == norm.LAYER and not res and itemsize == 4
                                 and hidden * itemsize >= norm.FWD_CLUSTER_PLAIN_LAYER_BYTES)
+                        staged = body <= norm.FWD_CLUSTER_LAYER_AFFINE * cap  # weights of x's dtype
                         expect = (cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
-                                  and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER or held))
+                                  and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER or held or staged))
                         assert bool(plan.cluster) == expect, (cc, hidden, plan)
                         if not expect:
                             continue
@@ -391,31 +392,38 @@ def _plans_on_sm90(monkeypatch):
 
 @pytest.mark.parametrize("itemsize", [4, 2])
 def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
-    """LayerNorm without residual, weight or bias takes the cluster path where its rows need at most
-    FWD_CLUSTER_LAYER_NO_AFFINE blocks (0: never); with a weight or bias the plan is the affine one. Plans only."""
+    """LayerNorm without residual takes the cluster path where its rows need at most FWD_CLUSTER_LAYER_NO_AFFINE
+    blocks without weight and bias, FWD_CLUSTER_LAYER_AFFINE with them in x's dtype (staged in shared memory; 0:
+    never), never with float32 weights of a 16-bit row (unless held). Plans only."""
     declared, asked = _plans_on_sm90(monkeypatch)
     dt = np.dtype(np.float32) if itemsize == 4 else _dtypes.bfloat16
     vec, lo = 16 // itemsize, norm.FWD_CLUSTER_MIN_VECS
-    for limit in (norm.FWD_CLUSTER_LAYER_NO_AFFINE, 0):
+    for limit, alimit in ((norm.FWD_CLUSTER_LAYER_NO_AFFINE, norm.FWD_CLUSTER_LAYER_AFFINE), (0, 0), (4, 4)):
         monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_NO_AFFINE", limit)
+        monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_AFFINE", alimit)
         for body in (lo - 1, lo, 2 * lo, 2 * lo + 1, 4 * lo):
             hidden = body * vec
             geo = norm._fwd_cluster_geometry(itemsize, hidden, 90)
-            for affine in (False, True):
+            for affine, wdt in ((False, dt), (True, dt), (True, np.dtype(np.float32))):
                 monkeypatch.setattr(norm, "_FWD_CFG", {})
-                plan = norm._fwd_config(norm.LAYER, dt, dt, hidden, False, 0, affine=affine)
+                plan = norm._fwd_config(norm.LAYER, dt, wdt, hidden, False, 0, affine=affine)
                 held = norm._plain_layer_held(norm.LAYER, dt, hidden, False)
-                expect = geo is not None and (held or (not affine and geo[0] <= limit))
-                assert bool(plan.cluster) == expect, (limit, body, affine, plan)
+                expect = geo is not None and (held or (geo[0] <= (alimit if affine else limit)
+                                                       and wdt.itemsize == dt.itemsize))
+                assert bool(plan.cluster) == expect, (limit, alimit, body, affine, wdt, plan)
                 if expect:
-                    assert asked[-1] == norm._fwd_cluster_name(dt, dt, norm.LAYER, False, plan.cluster, held)
+                    assert asked[-1] == norm._fwd_cluster_name(dt, wdt, norm.LAYER, False, plan.cluster, held)
                     assert asked[-1] in declared
+                    # staged: each thread's four weight and bias vectors in shared memory
+                    assert plan.smem == (4 * plan.G * 16 * 2 if affine or held else 0)
     monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_NO_AFFINE", 4)
+    monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_AFFINE", 2)
     monkeypatch.setattr(norm, "_FWD_CFG", {})
     assert norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=False).cluster == 4
     # the plan cache keeps the two apart (no clearing between them)
     assert not norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=True).cluster
     assert norm._fwd_config(norm.LAYER, dt, dt, 2 * lo * vec, False, 0, affine=False).cluster == 4
+    assert norm._fwd_config(norm.LAYER, dt, dt, lo * vec, False, 0, affine=True).cluster == 2
 
 
 def test_forward_cluster_hold_plans(monkeypatch):
@@ -778,6 +786,37 @@ def test_layer_norm_without_affine_on_the_cluster_path(cp, rng, dt):
         _, mk, rk = norm.layer_norm(_dev(cp, x), body * vec, return_stats=True)
         _, mean, rstd = ref_forward("layer", x.astype(np.float64), None, None, 1e-5)
         assert np.allclose(mk.get(), mean, rtol=1e-5, atol=1e-5) and np.allclose(rk.get(), rstd, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_layer_norm_cluster_weight_and_bias_forms(cp, rng, monkeypatch, dt):
+    """The cluster forward's four output loops (cluster_emit: weight and bias, weight only, bias only, neither),
+    weights of x's dtype staged in shared memory per row (and float32 weights of a 16-bit row, read per use):
+    LayerNorm rows of 2048 vectors (the default plan with weights: 2 cluster blocks on compute capability 9.0),
+    4096 (4 blocks, forced) and 4095 (the last block's share short), 1, 7 and 301 rows, each row drawn with its own
+    offset and scale, against the float64 reference."""
+    cc = int(cp.cuda.Device().compute_capability)
+    vec = 16 // np.dtype(dt).itemsize
+    for body in (2048, 4095, 4096):
+        hidden = body * vec
+        monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", body != 2048)
+        for wdt in {np.dtype(dt), np.dtype(np.float32)}:
+            if cc >= 90 and wdt == np.dtype(dt):
+                plan = norm._fwd_config(norm.LAYER, np.dtype(dt), wdt, hidden, False, cp.cuda.Device().id)
+                assert plan.cluster in (2, 4) and plan.smem > 0, plan
+            for rows in (1, 7, 301):
+                x = rnd(rng.standard_normal((rows, hidden)) * rng.uniform(0.5, 4, (rows, 1))
+                        + rng.uniform(-8, 8, (rows, 1)), dt)
+                w = rnd(rng.standard_normal(hidden) * 0.5 + 1, wdt)
+                b = rnd(rng.standard_normal(hidden), wdt)
+                for ww, bb in ((w, b), (w, None), (None, b), (None, None)):
+                    y = norm.layer_norm(_dev(cp, x), hidden, None if ww is None else _dev(cp, ww),
+                                        None if bb is None else _dev(cp, bb)).get()
+                    ref, _, rstd = ref_forward("layer", x.astype(np.float64), ww, bb, 1e-5)
+                    base = rnd(f32_forward("layer", x, ww, bb, 1e-5), dt)
+                    check_close(f"y w={ww is not None} b={bb is not None} {wdt} rows={rows} body={body}", y, ref,
+                                base, dt, hidden, scale=y_scale(x, rstd, ww))
 
 
 @pytest.mark.gpu
