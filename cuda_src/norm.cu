@@ -90,6 +90,9 @@ __device__ __forceinline__ void load_params(const W* __restrict__ p, int col, bo
 // ALIGNED: hidden % VEC == 0 (the wrapper aligns every base pointer to 16 bytes, so every row then starts on a
 // vector): no head/tail scalars and vector weight loads only, which the compiler can then drop (bf16 LayerNorm
 // warp path: 72 -> 64 registers).
+#ifndef CUFLASH_FWD_SPLIT
+#define CUFLASH_FWD_SPLIT 1  // study: 0 norm_fwd tests w and b per element in its one output loop
+#endif
 template <typename T, typename W, int KIND, int NV, int NH, int MINB, bool RES, bool WARP, bool TWO_PASS,
           bool ALIGNED, bool SMEMC>
 __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
@@ -347,62 +350,73 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
       if (rstd_out) rstd_out[row] = rstd;
     }
 
-    // ---- pass 2: y = (h - mu) * rstd * w + b
-    const bool pvec = ALIGNED || rs.head == 0;  // params are vector-aligned only when the body starts at column 0
-    auto emit_vec = [&](const V& a, int k, int v) {  // body vector v of chunk k
-      float wv[VEC], bv[VEC];
-      if (held && k < NH) {
-        if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
-        if (b) unpack<W, VEC>(opaque(breg[k]), bv);
-      } else {
-        const int col = rs.head + v * VEC;
-        if (w) load_params<W, VEC>(w, col, pvec, wv);
-        if (b) load_params<W, VEC>(b, col, pvec, bv);
-      }
-      V o;
-      if constexpr (KIND == LAYER) {  // bfloat16 pairs by one integer op an element (to_floats; RMSNorm keeps the
-                                      // per-element form: with to_floats four of its instantiations spilled)
-        float f[VEC];
-        to_floats(a, f);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float r = (f[i] - mu) * rstd;
-          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+    auto out = [&](const W* __restrict__ w, const W* __restrict__ b) {
+      // ---- pass 2: y = (h - mu) * rstd * w + b
+      const bool pvec = ALIGNED || rs.head == 0;  // params are vector-aligned only when the body starts at column 0
+      auto emit_vec = [&](const V& a, int k, int v) {  // body vector v of chunk k
+        float wv[VEC], bv[VEC];
+        if (held && k < NH) {
+          if (w) unpack<W, VEC>(opaque(wreg[k]), wv);
+          if (b) unpack<W, VEC>(opaque(breg[k]), bv);
+        } else {
+          const int col = rs.head + v * VEC;
+          if (w) load_params<W, VEC>(w, col, pvec, wv);
+          if (b) load_params<W, VEC>(b, col, pvec, bv);
         }
-      } else {
+        V o;
+        if constexpr (KIND == LAYER) {  // bfloat16 pairs by one integer op an element (to_floats; RMSNorm keeps the
+                                        // per-element form: with to_floats four of its instantiations spilled)
+          float f[VEC];
+          to_floats(a, f);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float r = (to_float(a.v[i]) - mu) * rstd;
-          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+          for (int i = 0; i < VEC; ++i) {
+            const float r = (f[i] - mu) * rstd;
+            o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float r = (to_float(a.v[i]) - mu) * rstd;
+            o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+          }
         }
-      }
-      o.store(yr + v * VEC);
-    };
-    auto emit_one = [&](float h, int col) {
-      float r = (h - mu) * rstd;
-      if (w) r *= to_float(w[col]);
-      if (b) r += to_float(b[col]);
-      y[off + col] = from_float<T>(r);
-    };
+        o.store(yr + v * VEC);
+      };
+      auto emit_one = [&](float h, int col) {
+        float r = (h - mu) * rstd;
+        if (w) r *= to_float(w[col]);
+        if (b) r += to_float(b[col]);
+        y[off + col] = from_float<T>(r);
+      };
 
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int v = k * G + t;
-      if (v < rs.body) emit_vec(reg[k], k, v);
-      asm volatile("" ::: "memory");  // keep the (L1-resident) weight loads of chunk k + 1 from piling up early
-    }
-#pragma unroll 1  // shared-memory reads: unrolling only costs registers (spills for float + residual)
-    for (int k = NV; k < nchunks; ++k) {
-      const int v = k * G + t;
-      if (v < rs.body) {
-        V a;
-        if (k - NV < smem_chunks) a = cache[(k - NV) * G + t];
-        else a = has_res ? V::load(hr + v * VEC) : V::load(xr + v * VEC);  // this thread wrote hr itself
-        emit_vec(a, NV, v);  // chunks beyond the registers: weights loaded per row
+      for (int k = 0; k < NV; ++k) {
+        const int v = k * G + t;
+        if (v < rs.body) emit_vec(reg[k], k, v);
+        asm volatile("" ::: "memory");  // keep the (L1-resident) weight loads of chunk k + 1 from piling up early
       }
-    }
-    if (do_head) emit_one(h_head, col_head);
-    if (do_tail) emit_one(h_tail, col_tail);
+#pragma unroll 1  // shared-memory reads: unrolling only costs registers (spills for float + residual)
+      for (int k = NV; k < nchunks; ++k) {
+        const int v = k * G + t;
+        if (v < rs.body) {
+          V a;
+          if (k - NV < smem_chunks) a = cache[(k - NV) * G + t];
+          else a = has_res ? V::load(hr + v * VEC) : V::load(xr + v * VEC);  // this thread wrote hr itself
+          emit_vec(a, NV, v);  // chunks beyond the registers: weights loaded per row
+        }
+      }
+      if (do_head) emit_one(h_head, col_head);
+      if (do_tail) emit_one(h_tail, col_tail);
+    };
+    // Plain LayerNorm with weight and bias: its own copy of the output loop, in which both are known present (the
+    // per-element tests of the general copy cost the cluster kernel 10-14 %, 20b5a00; a copy for each of the four
+    // presences made 40 instantiations spill)
+#if CUFLASH_FWD_SPLIT
+    if (KIND == LAYER && !RES && w && b) out(w, b);
+    else out(w, b);
+#else
+    out(w, b);
+#endif
   }
 }
 
