@@ -88,12 +88,14 @@ FWD_CLUSTER_LAYER_NO_AFFINE = 4  # LayerNorm without residual, weight or bias ta
                                  # (bf16 64K 0.75 vs 0.82). Staging those weights in shared memory by cp.async
                                  # behind the row's loads did not close it (bf16 16K 0.74, 32K 0.62 vs 0.71;
                                  # experiments/results/ln_stagew_probe*.json, 266b6e8): removed
-FWD_CLUSTER_LAYER_AFFINE = 2  # LayerNorm without residual but with weight and/or bias of x's dtype (staged in
+FWD_CLUSTER_LAYER_AFFINE = 0  # LayerNorm without residual but with weight and/or bias of x's dtype (staged in
                               # shared memory per row) takes the cluster path when the row needs at most this many
-                              # blocks (0: never). Since its output loop is specialised per presence of weight and
-                              # bias (20b5a00), H200, same run (logs/ln_cluster_ab_20b5a00.json): bf16 16K 0.878 vs
-                              # 0.856 of copy, float32 8K 0.944 vs 0.939; at 4 blocks it trails (bf16 32K 0.818 vs
-                              # 0.851, float32 16K 0.884 vs 0.894)
+                              # blocks (0: never). With the cluster kernel's output loop specialised per presence of
+                              # weight and bias (20b5a00) it led at 2 blocks (bf16 16K 0.878 vs 0.856 of copy,
+                              # logs/ln_cluster_ab_20b5a00.json), but once norm_fwd's loop was too (b5a5b41) the
+                              # register kernel led again (bf16 16K 0.900 vs 0.869, float32 8K 0.944 both; at 4
+                              # blocks bf16 32K 0.816 vs 0.852, float32 16K 0.882 vs 0.887;
+                              # logs/ln_affine_plan_ab_af82988.json)
 FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least this many bytes (32K: the cluster
                                            # geometry's longest), which take it in the held form (FWD_CLUSTER_HOLD's):
                                            # 0.72 -> 0.84 of copy. It did not gain on float32 8K / 16K (0.87 against

@@ -793,18 +793,20 @@ def test_layer_norm_without_affine_on_the_cluster_path(cp, rng, dt):
 def test_layer_norm_cluster_weight_and_bias_forms(cp, rng, monkeypatch, dt):
     """The cluster forward's four output loops (cluster_emit: weight and bias, weight only, bias only, neither),
     weights of x's dtype staged in shared memory per row (and float32 weights of a 16-bit row, read per use):
-    LayerNorm rows of 2048 vectors (the default plan with weights: 2 cluster blocks on compute capability 9.0),
-    4096 (4 blocks, forced) and 4095 (the last block's share short), 1, 7 and 301 rows, each row drawn with its own
-    offset and scale, against the float64 reference."""
+    LayerNorm rows of 2048 vectors (2 cluster blocks on compute capability 9.0; by FWD_CLUSTER_LAYER_AFFINE, and
+    forced), 4096 (4 blocks, forced) and 4095 (the last block's share short), 1, 7 and 301 rows, each row drawn
+    with its own offset and scale, against the float64 reference; and the register kernel's two output loops
+    (norm_fwd: its own for weight and bias) at 1024 vectors."""
     cc = int(cp.cuda.Device().compute_capability)
     vec = 16 // np.dtype(dt).itemsize
-    for body in (2048, 4095, 4096):
+    for body, forced in ((2048, False), (2048, True), (4095, True), (4096, True), (1024, False)):
         hidden = body * vec
-        monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", body != 2048)
-        for wdt in {np.dtype(dt), np.dtype(np.float32)}:
+        monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", forced)
+        monkeypatch.setattr(norm, "FWD_CLUSTER_LAYER_AFFINE", 2 if body == 2048 else 0)
+        for wdt in sorted({np.dtype(dt), np.dtype(np.float32)}, key=str):
             if cc >= 90 and wdt == np.dtype(dt):
                 plan = norm._fwd_config(norm.LAYER, np.dtype(dt), wdt, hidden, False, cp.cuda.Device().id)
-                assert plan.cluster in (2, 4) and plan.smem > 0, plan
+                assert (plan.cluster in (2, 4) and plan.smem > 0) if body > 1024 else not plan.cluster, plan
             for rows in (1, 7, 301):
                 x = rnd(rng.standard_normal((rows, hidden)) * rng.uniform(0.5, 4, (rows, 1))
                         + rng.uniform(-8, 8, (rows, 1)), dt)
