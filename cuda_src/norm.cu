@@ -467,11 +467,11 @@ __device__ __forceinline__ void cluster_emit(const V (&reg)[VPT], float mu, floa
 // H200, same run (logs/ln_affine_async_ab_07301ce.json): fused-residual LayerNorm bfloat16 32K 0.893 -> 0.951 of
 // copy, 16K 0.944 -> 0.975, float32 16K 0.948 -> 0.970; RMSNorm bfloat16 32K 0.920 -> 0.973, float32 16K 0.944
 // -> 0.971, with residual bfloat16 32K 0.956 -> 0.978. By cp.async.cg (L2 only) it lost where CL = 4 (RMSNorm
-// float32 16K 0.76). Plain LayerNorm with weight and bias stays off this path: staged, bfloat16 16K rose from 0.75
-// to 0.79 of copy, below norm_fwd's 0.85, where the same kernel ran 0.91 without weight and bias (float32 16K 0.83
-// against 0.98; logs/ln_affine_l1_ab_67209b5.json). Neither L1 eviction hints (logs/ln_affine_l1pol_ab_873fb11.json)
-// nor the held form run one cluster per 2-16 rows, its weight re-reads from L2 cut that much
-// (logs/ln_hold_rows_ab_bced2a1.json), closed the gap.
+// float32 16K 0.76). Plain LayerNorm with weight and bias stays off this path (FWD_CLUSTER_LAYER_AFFINE): staged,
+// bfloat16 16K rose from 0.75 to 0.79 of copy, and with the output loop specialised (below) to 0.87, against
+// norm_fwd's 0.90 with its loop specialised too (logs/ln_affine_plan_ab_af82988.json). Neither L1 eviction hints
+// (logs/ln_affine_l1pol_ab_873fb11.json) nor the held form run one cluster per 2-16 rows, its weight re-reads
+// from L2 cut that much (logs/ln_hold_rows_ab_bced2a1.json), gained.
 // PF > 0 (study, with HOLD and no residual): each thread's share of the next row is loaded into a second register
 // buffer before this row's reduction, so a block keeps a row's loads in flight while it reduces, exchanges and
 // writes the current one; PF is the launch bounds' blocks per SM (LayerNorm needs 88-118 registers: 2 without
