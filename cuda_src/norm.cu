@@ -694,6 +694,12 @@ __global__ void __cluster_dims__(CL, 1, 1)
 //   not registers, bounds this kernel's occupancy (one 512-thread block, or two 256-thread warp-path blocks of
 //   <= 100 KiB, per SM), hence the explicit minimum blocks: without it ptxas held some instantiations to 64
 //   registers and spilled.
+#ifndef CUFLASH_SSPLIT
+#define CUFLASH_SSPLIT 1  // study: 0 norm_fwd_stream's one output loop testing w and b per element
+#endif
+#ifndef CUFLASH_SUNROLL
+#define CUFLASH_SUNROLL 1  // study: unroll of its loop over chunks whose weights are loaded per row (was 4)
+#endif
 template <typename T, typename W, int KIND, int NH, bool RES, bool WARP, int STAGES = WARP ? 3 : 2>
 __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_stream(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
@@ -801,34 +807,48 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
       if (rstd_out) rstd_out[row] = rstd;
     }
 
-    // ---- y = (h - mean) * rstd * w + b, from the staged row
-    auto emit = [&](int k, const float (&wv)[VEC], const float (&bv)[VEC]) {
-      float f[VEC];
-      to_floats(lds(s0 + k * kstride), f);
-      V o;
+    auto out = [&](const W* __restrict__ w, const W* __restrict__ b) {
+      // ---- y = (h - mean) * rstd * w + b, from the staged row
+      auto emit = [&](int k, const float (&wv)[VEC], const float (&bv)[VEC]) {
+        float f[VEC];
+        to_floats(lds(s0 + k * kstride), f);
+        V o;
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float r = (f[i] - mu) * rstd;
-        o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+        for (int i = 0; i < VEC; ++i) {
+          const float r = (f[i] - mu) * rstd;
+          o.v[i] = from_float<T>(w ? (b ? fmaf(r, wv[i], bv[i]) : r * wv[i]) : (b ? r + bv[i] : r));
+        }
+        o.store(y + off + (k * G + t) * VEC);
+      };
+#pragma unroll
+      for (int k = 0; k < NH; ++k) {  // weights held in registers
+        if (k < kn) {
+          float wv[VEC], bv[VEC];
+          if (w) to_floats(opaque(wreg[k]), wv);
+          if (b) to_floats(opaque(breg[k]), bv);
+          emit(k, wv, bv);
+        }
       }
-      o.store(y + off + (k * G + t) * VEC);
-    };
-#pragma unroll
-    for (int k = 0; k < NH; ++k) {  // weights held in registers
-      if (k < kn) {
+#if CUFLASH_SUNROLL == 2
+#pragma unroll 2
+#elif CUFLASH_SUNROLL == 1
+#pragma unroll 1
+#else
+#pragma unroll 4
+#endif
+      for (int k = NH; k < kn; ++k) {  // weights loaded per row
         float wv[VEC], bv[VEC];
-        if (w) to_floats(opaque(wreg[k]), wv);
-        if (b) to_floats(opaque(breg[k]), bv);
+        if (w) load_params<W, VEC>(w, (k * G + t) * VEC, true, wv);
+        if (b) load_params<W, VEC>(b, (k * G + t) * VEC, true, bv);
         emit(k, wv, bv);
       }
-    }
-#pragma unroll 4
-    for (int k = NH; k < kn; ++k) {  // weights loaded per row
-      float wv[VEC], bv[VEC];
-      if (w) load_params<W, VEC>(w, (k * G + t) * VEC, true, wv);
-      if (b) load_params<W, VEC>(b, (k * G + t) * VEC, true, bv);
-      emit(k, wv, bv);
-    }
+    };
+#if CUFLASH_SSPLIT
+    if (KIND == LAYER && !RES && w && b) out(w, b);  // as in norm_fwd
+    else out(w, b);
+#else
+    out(w, b);
+#endif
   };
 
   // The block's groups of ROWS rows: claimed from `ticket` in the order blocks ask (the SMs do not all stream at
