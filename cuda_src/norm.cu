@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, MINB) norm_fwd(
     };
     // Plain LayerNorm with weight and bias: its own copy of the output loop, in which both are known present (w
     // and b above are the lambda's): bfloat16 2K-8K +2.9-3.8 %, float32 even (logs/norm_fwd_split_ab_b5a5b41.json).
-    // A copy for each of the four presences made 40 instantiations spill, as did this one in norm_fwd_stream.
+    // A copy for each of the four presences made 40 instantiations spill.
     if (KIND == LAYER && !RES && w && b) out(w, b);
     else out(w, b);
   }
@@ -694,12 +694,6 @@ __global__ void __cluster_dims__(CL, 1, 1)
 //   not registers, bounds this kernel's occupancy (one 512-thread block, or two 256-thread warp-path blocks of
 //   <= 100 KiB, per SM), hence the explicit minimum blocks: without it ptxas held some instantiations to 64
 //   registers and spilled.
-#ifndef CUFLASH_SSPLIT
-#define CUFLASH_SSPLIT 1  // study: 0 norm_fwd_stream's one output loop testing w and b per element
-#endif
-#ifndef CUFLASH_SUNROLL
-#define CUFLASH_SUNROLL 1  // study: unroll of its loop over chunks whose weights are loaded per row (was 4)
-#endif
 template <typename T, typename W, int KIND, int NH, bool RES, bool WARP, int STAGES = WARP ? 3 : 2>
 __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_stream(
     const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
@@ -829,13 +823,7 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
           emit(k, wv, bv);
         }
       }
-#if CUFLASH_SUNROLL == 2
-#pragma unroll 2
-#elif CUFLASH_SUNROLL == 1
-#pragma unroll 1
-#else
-#pragma unroll 4
-#endif
+#pragma unroll 1  // at 2 or 4 the plain-LayerNorm copy of this loop spills 12-28 bytes
       for (int k = NH; k < kn; ++k) {  // weights loaded per row
         float wv[VEC], bv[VEC];
         if (w) load_params<W, VEC>(w, (k * G + t) * VEC, true, wv);
@@ -843,12 +831,10 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
         emit(k, wv, bv);
       }
     };
-#if CUFLASH_SSPLIT
-    if (KIND == LAYER && !RES && w && b) out(w, b);  // as in norm_fwd
+    // Plain LayerNorm with weight and bias: its own copy of the output loop, as in norm_fwd (bfloat16 32K 0.855 ->
+    // 0.883 of copy, float32 16K even, logs/norm_stream_split_ab_0abf0e2.json)
+    if (KIND == LAYER && !RES && w && b) out(w, b);
     else out(w, b);
-#else
-    out(w, b);
-#endif
   };
 
   // The block's groups of ROWS rows: claimed from `ticket` in the order blocks ask (the SMs do not all stream at
