@@ -345,7 +345,8 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                         plan = norm._fwd_config(kind, dt, dt, hidden, res, 0)
                         held = (kind == norm.LAYER and not res and itemsize == 4
                                 and hidden * itemsize >= norm.FWD_CLUSTER_PLAIN_LAYER_BYTES)
-                        staged = body <= norm.FWD_CLUSTER_LAYER_AFFINE * cap  # weights of x's dtype
+                        geo = norm._fwd_cluster_geometry(itemsize, hidden, cc)  # weights of x's dtype:
+                        staged = geo is not None and geo[0] <= norm.FWD_CLUSTER_LAYER_AFFINE
                         expect = (cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
                                   and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER or held or staged))
                         assert bool(plan.cluster) == expect, (cc, hidden, plan)
@@ -366,7 +367,7 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                         if itemsize == 2:
                             monkeypatch.setattr(norm, "_FWD_CFG", {})
                             f32w = norm._fwd_config(kind, dt, np.dtype(np.float32), hidden, res, 0)
-                            assert f32w.smem == (2 * plan.smem if held else 0), f32w
+                            assert f32w.smem == 0, f32w  # (held rows are float32 ones)
                         assert extra == norm._SM90_OPTIONS
                         assert G % 32 == 0 and G <= norm.FWD_CLUSTER_MAX_THREADS and c * 4 * G >= body
                         assert c * 4 * (G - 32) < body  # G just enough
@@ -525,14 +526,15 @@ def _call(cp, kind, x, w, b, r, eps, stats):
 
 def _run_forward(cp, rng, kind, dt, rows, hidden, variant, check_rows=None, loc=5.0, scale=3.0):
     """One forward call and its checks. variant: 0 plain, 1 weight+bias float32 + residual + stats,
-    2 weight (+bias) in the input dtype + stats, 3 residual only, 4 weight+bias float32 + stats."""
+    2 weight (+bias) in the input dtype + stats, 3 residual only, 4 weight+bias float32 + stats, 5 weight (+bias)
+    in the input dtype + residual + stats (the cluster forward's weights staged in shared memory)."""
     eps = 1e-5 if kind == "layer" else 1e-6
     x = rnd(rng.standard_normal((rows, hidden)) * scale + loc, dt)
-    r = rnd(rng.standard_normal((rows, hidden)), dt) if variant in (1, 3) else None
+    r = rnd(rng.standard_normal((rows, hidden)), dt) if variant in (1, 3, 5) else None
     wdt = np.float32 if variant in (1, 4) else dt
-    w = rnd(rng.standard_normal(hidden) * 0.5 + 1, wdt) if variant in (1, 2, 4) else None
-    b = rnd(rng.standard_normal(hidden), wdt) if (variant in (1, 2, 4) and kind == "layer") else None
-    stats = variant in (1, 2, 4)
+    w = rnd(rng.standard_normal(hidden) * 0.5 + 1, wdt) if variant in (1, 2, 4, 5) else None
+    b = rnd(rng.standard_normal(hidden), wdt) if (variant in (1, 2, 4, 5) and kind == "layer") else None
+    stats = variant in (1, 2, 4, 5)
     out = _call(cp, kind, _dev(cp, x), None if w is None else _dev(cp, w), None if b is None else _dev(cp, b),
                 None if r is None else _dev(cp, r), eps, stats)
     out = out if isinstance(out, tuple) else (out,)
@@ -760,7 +762,7 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
             # reference (every row is written; the reference of all of them made this the suite's slowest test)
             check = (None if rows < 1237 else
                      np.r_[0:48, np.sort(rng.choice(np.arange(48, rows - 48), 160, replace=False)), rows - 48:rows])
-            for variant in (0, 1, 2, 3, 4) if held else (0, 1, 2, 3):
+            for variant in (0, 1, 2, 3, 4, 5) if held else (0, 1, 2, 3, 5):
                 _run_forward(cp, rng, kind, dt, rows, body * vec, variant, check_rows=check)
     if cluster:
         assert norm._fwd_config(norm.LAYER if kind == "layer" else norm.RMS, np.dtype(dt), np.dtype(dt),
