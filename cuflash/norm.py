@@ -435,16 +435,16 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
         plain_held = _plain_layer_held(kind, dt, hidden, res)
         bare = geo is not None and not affine and not res and geo[0] <= FWD_CLUSTER_LAYER_NO_AFFINE
-        staged = (geo is not None and affine and not res and wdt.itemsize == dt.itemsize
-                  and geo[0] <= FWD_CLUSTER_LAYER_AFFINE)
+        # norm_fwd_cluster (not held) copies weights of x's dtype (16-byte vectors) to shared memory per row
+        stages = affine and wdt.itemsize == dt.itemsize
+        staged = geo is not None and stages and not res and geo[0] <= FWD_CLUSTER_LAYER_AFFINE
         if geo is not None and (kind == RMS or res or FWD_CLUSTER_PLAIN_LAYER or plain_held or bare or staged):
             c, G = geo
             hold = (FWD_CLUSTER_HOLD or plain_held) and not res
             pf = 0 if not (hold and FWD_CLUSTER_PREFETCH) else FWD_CLUSTER_PREFETCH if kind == LAYER else 4
             kern = _compile.get_kernel(_SRC, _fwd_cluster_name(dt, wdt, kind, res, c, hold, pf), _SM90_OPTIONS)
             cap = smem = 0  # one row per cluster; held: as many clusters as the device holds at once,
-            if hold or (affine and wdt.itemsize == dt.itemsize):  # each thread's weight and bias vectors in
-                # shared memory: held, or (16-byte weight vectors) copied there per row with the row's loads
+            if hold or stages:  # each thread's weight and bias vectors in shared memory: held, or copied per row
                 smem = 4 * G * 16 * wdt.itemsize // dt.itemsize * (2 if kind == LAYER else 1)
             if hold:
                 cap = c * (_compile.max_active_clusters(kern, c, G, smem) or _compile.sm_count(dev) // (2 * c))
