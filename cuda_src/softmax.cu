@@ -344,6 +344,34 @@ __device__ __forceinline__ Slot<T> output_slot(const Slot<T>& r, const OutConst<
   return o;
 }
 
+// 16-bit T: calls f(c), c a copy of oc whose fast and op are compile-time constants in each of the three calls: one
+// copy of the caller's output loop per case, in which output_slot's per-slot tests fold away (as norm.cu's output
+// loops with the weight and bias known present, 20b5a00 / f788cba). Else, or study CUFLASH_SM_SPLIT=0: f(oc).
+#ifndef CUFLASH_SM_SPLIT
+#define CUFLASH_SM_SPLIT 1
+#endif
+template <typename T, typename A, typename F>
+__device__ __forceinline__ void with_output_const(const OutConst<A>& oc, F&& f) {
+  if constexpr (sizeof(T) == 2 && CUFLASH_SM_SPLIT) {
+    OutConst<A> c = oc;
+    if (oc.fast) {
+      c.fast = true;
+      c.op = OP_SOFTMAX;
+      f(c);
+    } else if (oc.op == OP_SOFTMAX) {
+      c.fast = false;
+      c.op = OP_SOFTMAX;
+      f(c);
+    } else {
+      c.fast = false;
+      c.op = OP_LOG_SOFTMAX;
+      f(c);
+    }
+  } else {  // (no fast form; split, the float32 and float64 kernels spilled 16-88 bytes)
+    f(oc);
+  }
+}
+
 // Merge the K partial states of a row (ws[0..K)) with every thread of the block; every block that merges the
 // same K states gets the same bits (fixed order). Partials are read through L2 (__ldcg): other blocks wrote them.
 template <typename A>
@@ -432,12 +460,22 @@ softmax_cached(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64
     if (t == 0 && chunk == 0) write_row_result(op, row, s, y, out_m, out_l);
     return;
   }
-  const OutConst<A> oc = output_const<T>(s, op);
+  const OutConst<A> oc0 = output_const<T>(s, op);
   T* yb = y + row * ldy + c.first;
+  if constexpr (sizeof(T) == 2) {
+    with_output_const<T>(oc0, [&](const OutConst<A>& oc) {
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int j = t + i * G;
-    if (j < c.nslots) store_slot<T>(yb, output_slot<T>(buf[i], oc), j * VEC, c.lo, c.hi);
+      for (int i = 0; i < NV; ++i) {
+        const int j = t + i * G;
+        if (j < c.nslots) store_slot<T>(yb, output_slot<T>(buf[i], oc), j * VEC, c.lo, c.hi);
+      }
+    });
+  } else {  // no lambda at all: one capturing buf made ptxas spill 64 bytes in the float64 kernel
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int j = t + i * G;
+      if (j < c.nslots) store_slot<T>(yb, output_slot<T>(buf[i], oc0), j * VEC, c.lo, c.hi);
+    }
   }
   CUFLASH_TL(2);
 }
@@ -486,17 +524,18 @@ softmax_normalise(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, 
   const T* xb = xr + c.first;
   T* yb = y + row * ldy + c.first;
   const SoftmaxState<A> s = merge_partials(ws + row * K, K, smem);
-  const OutConst<A> oc = output_const<T>(s, op);
-  for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
-    Slot<T> buf[U];
+  with_output_const<T>(output_const<T>(s, op), [&](const OutConst<A>& oc) {
+    for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
+      Slot<T> buf[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (base + u * THREADS < c.nslots) buf[u] = load_slot<T>(xb, (base + u * THREADS) * VEC, c.lo, c.hi);
+      for (int u = 0; u < U; ++u)
+        if (base + u * THREADS < c.nslots) buf[u] = load_slot<T>(xb, (base + u * THREADS) * VEC, c.lo, c.hi);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (base + u * THREADS < c.nslots)
-        store_slot<T>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
-  }
+      for (int u = 0; u < U; ++u)
+        if (base + u * THREADS < c.nslots)
+          store_slot<T>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -549,23 +588,25 @@ softmax_split(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 
     s = merge(s, St{__uint_as_float((unsigned)v), __uint_as_float((unsigned)(v >> 32))});
   }
   s = block_allreduce(s, MergeOp(), smem);
-  const OutConst<A> oc = output_const<T>(s, op);
+  const OutConst<A> oc0 = output_const<T>(s, op);
   const T* xr = x + row * ldx;
   const ChunkRange c = chunk_range<VEC>(head_of(xr), n, chunk * S, S);
   const T* xb = xr + c.first;
   T* yb = y + row * ldy + c.first;
   const unsigned long long drop = l2_policy(false);
-  for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
-    Slot<T> buf[U];
+  with_output_const<T>(oc0, [&](const OutConst<A>& oc) {
+    for (int base = threadIdx.x; base < c.nslots; base += THREADS * U) {
+      Slot<T> buf[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (base + u * THREADS < c.nslots)
-        buf[u] = load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, drop);
+      for (int u = 0; u < U; ++u)
+        if (base + u * THREADS < c.nslots)
+          buf[u] = load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, drop);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (base + u * THREADS < c.nslots)
-        store_slot<T, true>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
-  }
+      for (int u = 0; u < U; ++u)
+        if (base + u * THREADS < c.nslots)
+          store_slot<T, true>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
+    }
+  });
 }
 
 // One warp per row merges the row's K partial states and writes lse (in T) or the state.
@@ -836,31 +877,32 @@ softmax_cluster(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i6
       continue;
     }
     // 5. output: streamed slots (from L2), then held slots (from shared memory)
-    const OutConst<A> oc = output_const<T>(s, op);
     T* yb = y + row * ldy + c.first;
     for (int a = pf0; a < min(nh + PF, pf1); a += STEP) prefetch_slots_l2(xb, a, min(a + STEP, pf1), drop);
-    for (int base0 = nh; base0 < c.nslots; base0 += STEP) {
-      prefetch_slots_l2(xb, base0 + PF, min(base0 + PF + STEP, pf1), drop);
-      const int base = base0 + threadIdx.x;
-      Slot<T> buf[US];
+    with_output_const<T>(output_const<T>(s, op), [&](const OutConst<A>& oc) {
+      for (int base0 = nh; base0 < c.nslots; base0 += STEP) {
+        prefetch_slots_l2(xb, base0 + PF, min(base0 + PF + STEP, pf1), drop);
+        const int base = base0 + threadIdx.x;
+        Slot<T> buf[US];
 #pragma unroll
-      for (int u = 0; u < US; ++u)
-        if (base + u * THREADS < c.nslots)
-          buf[u] = load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, drop);
+        for (int u = 0; u < US; ++u)
+          if (base + u * THREADS < c.nslots)
+            buf[u] = load_slot<T, true>(xb, (base + u * THREADS) * VEC, c.lo, c.hi, drop);
 #pragma unroll
-      for (int u = 0; u < US; ++u)
-        if (base + u * THREADS < c.nslots)
-          store_slot<T, true>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
-    }
-    for (int k = 0; k < kmax; k += UH) {
-#pragma unroll
-      for (int u = 0; u < UH; ++u) {
-        const int j = threadIdx.x + (k + u) * THREADS;
-        if (k + u < kmax && j < nh)
-          store_slot<T, true>(yb, output_slot<T>(Slot<T>::load(reinterpret_cast<const T*>(&held[j])), oc),
-                              j * VEC, c.lo, c.hi);
+        for (int u = 0; u < US; ++u)
+          if (base + u * THREADS < c.nslots)
+            store_slot<T, true>(yb, output_slot<T>(buf[u], oc), (base + u * THREADS) * VEC, c.lo, c.hi);
       }
-    }
+      for (int k = 0; k < kmax; k += UH) {
+#pragma unroll
+        for (int u = 0; u < UH; ++u) {
+          const int j = threadIdx.x + (k + u) * THREADS;
+          if (k + u < kmax && j < nh)
+            store_slot<T, true>(yb, output_slot<T>(Slot<T>::load(reinterpret_cast<const T*>(&held[j])), oc),
+                                j * VEC, c.lo, c.hi);
+        }
+      }
+    });
   }
   if (C > 1 && !waited) cluster_wait();  // a cluster without a row: pair the start arrive
   CUFLASH_TL(2);
@@ -961,15 +1003,16 @@ softmax_hold(const T* __restrict__ x, i64 ldx, T* __restrict__ y, i64 ldy, i64 r
         s = merge(s, St{__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32))});
       }
       s = block_state<THREADS>(s, red);
-      const OutConst<A> oc = output_const<T>(s, op);
       const ChunkRange r = range(cw, wrow);
       T* yb = y + wrow * ldy + r.first;
       const Slot<T>* buf = reinterpret_cast<const Slot<T>*>(held_raw + (int)((i - LAG) % NB) * S);
+      with_output_const<T>(output_const<T>(s, op), [&](const OutConst<A>& oc) {
 #pragma unroll
-      for (int u = 0; u < SPT; ++u) {
-        const int j = threadIdx.x + u * THREADS;
-        if (j < r.nslots) store_slot<T, true>(yb, output_slot<T>(buf[j], oc), j * VEC, r.lo, r.hi);
-      }
+        for (int u = 0; u < SPT; ++u) {
+          const int j = threadIdx.x + u * THREADS;
+          if (j < r.nslots) store_slot<T, true>(yb, output_slot<T>(buf[j], oc), j * VEC, r.lo, r.hi);
+        }
+      });
     }
   }
   cp_async_wait<0>();
