@@ -346,13 +346,11 @@ __device__ __forceinline__ Slot<T> output_slot(const Slot<T>& r, const OutConst<
 
 // 16-bit T: calls f(c), c a copy of oc whose fast and op are compile-time constants in each of the three calls: one
 // copy of the caller's output loop per case, in which output_slot's per-slot tests fold away (as norm.cu's output
-// loops with the weight and bias known present, 20b5a00 / f788cba). Else, or study CUFLASH_SM_SPLIT=0: f(oc).
-#ifndef CUFLASH_SM_SPLIT
-#define CUFLASH_SM_SPLIT 1
-#endif
+// loops with the weight and bias known present, 20b5a00 / f788cba). 16-bit rows of 32K-1M columns +1-9 % of copy
+// (logs/softmax_out_split_ab_d8618b0.json). Else f(oc).
 template <typename T, typename A, typename F>
 __device__ __forceinline__ void with_output_const(const OutConst<A>& oc, F&& f) {
-  if constexpr (sizeof(T) == 2 && CUFLASH_SM_SPLIT) {
+  if constexpr (sizeof(T) == 2) {
     OutConst<A> c = oc;
     if (oc.fast) {
       c.fast = true;

@@ -1,4 +1,5 @@
-"""Probe (#3, scratch; branch wip/sm-out-split, not yet run): the 16-bit softmax output loops copied once per
+"""Probe (#3, scratch; run at d8618b0, logs/softmax_out_split_ab_d8618b0.json; main then dropped the study macro
+CUFLASH_SM_SPLIT and kept the split, SASS-identical: check out d8618b0 to run it again): the 16-bit softmax output loops copied once per
 output form (with_output_const: the fast exp2 softmax, softmax, log_softmax as compile-time cases, so
 output_slot's per-slot tests fold away; CUFLASH_SM_SPLIT=1) against the one loop testing them per slot (0, as on
 main), as norm.cu's output loops with the weight and bias known present gained 3-14 % (20b5a00, f788cba,
