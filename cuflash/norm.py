@@ -39,8 +39,12 @@ __all__ = ["layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]
 _SRC = "norm.cu"
 LAYER, RMS = 0, 1
 NV = 4          # 16-byte vectors per thread kept in registers (norm_fwd / norm_bwd template argument)
-NV_WARP_BYTES = 128  # bytes per lane on the forward's warp-per-row path: rows of up to 4 KiB (1024 float32 or
-                    # 2048 16-bit values would spill: 16-bit rows take 64 bytes a lane, up to 1024 values)
+NV_WARP_BYTES = 96  # bytes per lane on the forward's warp-per-row path: rows of up to 3 KiB (768 float32 values;
+                   # 16-bit rows take at most 64 bytes a lane, up to 1024 values: 2048 would spill). float32 1K rows
+                   # (4 KiB, 128 bytes a lane before) run faster as blocks of 64 threads, four vectors each: LayerNorm
+                   # 0.973 -> 0.990 of a copy of x, RMSNorm 0.970 -> 0.985, with residual 0.987 -> 1.000 / 0.984 ->
+                   # 1.003, level with the Triton peer (0.987-0.990); float32 768 lost as blocks (LayerNorm 0.996 ->
+                   # 0.982, with residual 1.015 -> 0.963): H200, experiments/results/norm_short_ab_91d2ded.json
 WARP_ROWS = 1   # rows (warps) per block on the forward's warp-per-row path (at most 8). 1 (32 threads): float32
                 # 1K LayerNorm / RMSNorm 0.98 / 0.98 of copy against 0.95 / 0.96 with 2, bfloat16 RMSNorm 1K 0.96
                 # against 0.95, the other 1K rows even (norm_tune at e63c7f7, experiments/results/
@@ -134,7 +138,7 @@ def _wtypes(dt):
 
 
 def _nv_warp(dt):
-    """16-byte vectors per lane on the forward's warp-per-row path (8 for float32, 4 for 16-bit types)."""
+    """16-byte vectors per lane on the forward's warp-per-row path (6 for float32, 4 for 16-bit types)."""
     return min(NV_WARP_BYTES, 32 * np.dtype(dt).itemsize) // 16
 
 

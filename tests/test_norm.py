@@ -598,7 +598,7 @@ def test_forward_matches_reference(cp, rng, kind, dt, hidden):
 @pytest.mark.parametrize("path", ["registers", "registers-strided", "stream", "stream-2stages", "stream-fixed"])
 def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path):
     """Both forward kernels at row counts that leave the last block partly empty and make blocks stride over
-    rows: the register kernel (warp per row up to 1024 values, WARP_ROWS rows a block; block per row above;
+    rows: the register kernel (warp per row up to 3 KiB, WARP_ROWS rows a block; block per row above;
     ``registers-strided`` caps its grid at one wave) and the streamed kernel (whole-vector rows, persistent
     grid: warp per row up to 4 KiB, block per row above, with three rows staged, or two: ``stream-2stages``;
     rows claimed from the ticket, or ``stream-fixed``: a fixed share a block)."""
