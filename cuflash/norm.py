@@ -41,10 +41,11 @@ LAYER, RMS = 0, 1
 NV = 4          # 16-byte vectors per thread kept in registers (norm_fwd / norm_bwd template argument)
 NV_WARP_BYTES = 96  # bytes per lane on the forward's warp-per-row path: rows of up to 3 KiB (768 float32 values;
                    # 16-bit rows take at most 64 bytes a lane, up to 1024 values: 2048 would spill). float32 1K rows
-                   # (4 KiB, 128 bytes a lane before) run faster as blocks of 64 threads, four vectors each: LayerNorm
-                   # 0.973 -> 0.990 of a copy of x, RMSNorm 0.970 -> 0.985, with residual 0.987 -> 1.000 / 0.984 ->
-                   # 1.003, level with the Triton peer (0.987-0.990); float32 768 lost as blocks (LayerNorm 0.996 ->
-                   # 0.982, with residual 1.015 -> 0.963): H200, experiments/results/norm_short_ab_91d2ded.json
+                   # (4 KiB, 8 vectors a lane at 128) run faster as blocks of 64 threads, four vectors each: H200,
+                   # same run against 128 (experiments/results/norm_short_ab_522f164.json): LayerNorm 0.977 -> 0.994
+                   # of a copy of x, RMSNorm 0.976 -> 0.990, with residual 0.991 -> 1.004 / 0.981 -> 0.996, level
+                   # with the Triton peer (0.99); 512-768 within 0.5 %. 768 as blocks lost (LayerNorm -1.3 %, with
+                   # residual -5 %; norm_short_ab_91d2ded.json)
 WARP_ROWS = 1   # rows (warps) per block on the forward's warp-per-row path (at most 8). 1 (32 threads): float32
                 # 1K LayerNorm / RMSNorm 0.98 / 0.98 of copy against 0.95 / 0.96 with 2, bfloat16 RMSNorm 1K 0.96
                 # against 0.95, the other 1K rows even (norm_tune at e63c7f7, experiments/results/
