@@ -11,8 +11,13 @@ each applied over main's (restored after):
   over 512 on the block path, 16-bit unchanged), "blk" (WARP_ROWS = 0: every row on the block path). Found: float32
   1K +1.6-2 % as blocks (with residual too), 768 LayerNorm -1.3 % (residual -5 %), 512 even; bfloat16 1K even but
   RMSNorm +1.7 % (residual even, LayerNorm with residual -0.8 %).
-  run 3 (VARIANTS below): main (NV_WARP_BYTES = 96: float32 rows to 768 on the warp path, 6 vectors a lane) against
-  the 128 of before, float32 512-1K with and without residual.
+  run 3 (522f164, norm_short_ab_522f164.json): main (NV_WARP_BYTES = 96: float32 rows to 768 on the warp path, 6
+  vectors a lane) against the 128 of before, float32 512-1K with and without residual. Found: 1K +1.5-2 %, 512-768
+  within 0.5 % (landed).
+  run 4 (VARIANTS below; the rows Triton still led in 522f164's sweep, bfloat16 RMSNorm 1K and float32 RMSNorm 8K,
+  and their neighbours, no residual): "w4", the warp path's kernels at launch bounds of 4 blocks of 256 threads (64
+  registers, so 32 one-warp blocks an SM instead of 25 at the 80 of 3 blocks; RMSNorm holds 2 weight chunks, not 4,
+  to fit); "blk", every row on the block path; "nocl", no cluster path (RMSNorm 8K-16K on the register kernel).
 LayerNorm with weight and bias and RMSNorm with weight, of x's dtype, at 256 MiB of x; three interleaved rounds,
 the Triton peer of norm_sweep.py (no residual) and a copy of x in the same run (frac = bytes moved over the copy's
 rate); max abs error of y against float64 on 256 rows.
@@ -27,8 +32,24 @@ from cuflash import _dtypes, bench, norm as nm  # noqa: E402
 from norm_sweep import triton_peers  # noqa: E402
 
 NBYTES = 256 << 20
-VARIANTS = {"main": {}, "nv128": dict(NV_WARP_BYTES=128)}
-SHAPES = [(k, "float32", h, r) for h in (512, 640, 768, 1000, 1024) for k in ("layer", "rms") for r in (False, True)]
+VARIANTS = {"main": {}, "w4": dict(_fwd_name="w4"), "blk": dict(WARP_ROWS=0), "nocl": dict(FWD_CLUSTER_SIZES=())}
+SHAPES = ([("rms", "bfloat16", h, False) for h in (512, 1024, 16384)] + [("layer", "bfloat16", 1024, False)]
+          + [("rms", "float32", h, False) for h in (512, 768, 4096, 8192)])
+_fwd_name0 = nm._fwd_name
+
+
+def _fwd_name_w4(dt, wdt, kind, res=False, warp=False, *a, **k):
+    """run 4's "w4": the warp kernels' launch bounds at 4 blocks (64 registers), RMSNorm's held chunks at most 2."""
+    name = _fwd_name0(dt, wdt, kind, res, warp, *a, **k)
+    if not warp or res:
+        return name
+    args = name[name.index("<") + 1:-1].split(", ")
+    args[4] = str(min(int(args[4]), 2))  # NH
+    args[5] = "4"  # MINB
+    return name[:name.index("<") + 1] + ", ".join(args) + ">"
+
+
+SETTINGS = {"w4": _fwd_name_w4}
 
 
 def main():
@@ -70,7 +91,8 @@ def main():
                     path[v] = "triton"
                 else:
                     for k in keys:
-                        setattr(nm, k, settings.get(k, saved[k]))
+                        val = settings.get(k, saved[k])
+                        setattr(nm, k, SETTINGS.get(val, val) if isinstance(val, str) else val)
                     nm._FWD_CFG.clear()
                     pl = nm._fwd_config(nm.LAYER if kind == "layer" else nm.RMS, x.dtype, w.dtype, hidden, res,
                                         x.device.id)
