@@ -50,6 +50,12 @@ WARP_ROWS = 1   # rows (warps) per block on the forward's warp-per-row path (at 
                 # 1K LayerNorm / RMSNorm 0.98 / 0.98 of copy against 0.95 / 0.96 with 2, bfloat16 RMSNorm 1K 0.96
                 # against 0.95, the other 1K rows even (norm_tune at e63c7f7, experiments/results/
                 # norm_tune_1k_e63c7f7.json); 2 had beaten 8 (bf16 LayerNorm 1K 0.88 against 0.81, f48e99e)
+WARP_RMS16 = False  # 16-bit RMSNorm rows without residual take the warp-per-row path where it applies (True, as
+                    # before); False: the block path (one row a block of G >= 32 threads, launch bounds of 64 registers
+                    # against the warp kernel's 80: 32 one-warp blocks an SM instead of 25). H200, same run
+                    # (experiments/results/norm_short_ab_4d231be.json): bfloat16 1K 0.975 -> 0.994 of a copy of x
+                    # (Triton 0.988), 512 0.758 -> 0.787 (Triton 0.787); float32 RMSNorm and 16-bit LayerNorm gained
+                    # nothing from it, with residual even (norm_short_ab_91d2ded.json)
 FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
 STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
 STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
@@ -108,6 +114,11 @@ FWD_CLUSTER_PLAIN_LAYER_BYTES = 128 << 10  # ... except float32 rows of at least
                                            # logs/norm_sweep_hold_d562161.json against norm_sweep_d562161.json) or
                                            # bf16 64K (0.644 against 0.656, logs/ln64k_{held,noheld}_b3a096c.json);
                                            # None: never
+FWD_CLUSTER_RMS32_WHOLE = False  # float32 RMSNorm rows without residual that norm_fwd holds whole in registers (at
+                                 # most NV * FWD_MAX_THREADS vectors: hidden 8K) take the cluster path (True, as
+                                 # before); False: norm_fwd. H200, same run (norm_short_ab_4d231be.json): float32 8K
+                                 # 0.966 -> 0.983 of a copy of x (Triton 0.977); bfloat16 16K stays on the cluster path
+                                 # (0.970 there against 0.921 in registers)
 FWD_MAX_THREADS = MAX_THREADS = 512  # __launch_bounds__ of norm_fwd / norm_bwd; the forward's block-path cap
 BWD_MAX_THREADS = 512  # threads per row in the backward (fewer: more blocks per SM, longer rows re-read)
 BWD_STREAM = True        # backward rows of whole 16-byte vectors through norm_bwd_stream (cp.async staging) ...
@@ -423,21 +434,27 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
     """The :data:`FwdPlan` of one row length (cached); ``affine``: a weight or a bias is given.
 
     On compute capability 9.0, rows that :func:`_fwd_cluster_geometry` covers run ``norm_fwd_cluster`` when they
-    are RMSNorm or fused-residual rows, LayerNorm rows without weight and bias over at most
+    are RMSNorm (but float32 rows without residual that norm_fwd holds whole: ``FWD_CLUSTER_RMS32_WHOLE``) or
+    fused-residual rows, LayerNorm rows without weight and bias over at most
     ``FWD_CLUSTER_LAYER_NO_AFFINE`` blocks, LayerNorm rows with weights of x's dtype over at most
     ``FWD_CLUSTER_LAYER_AFFINE`` blocks, or float32 plain LayerNorm rows of ``FWD_CLUSTER_PLAIN_LAYER_BYTES``
     (these in the held, persistent form). Otherwise:
     Rows of whole 16-byte vectors that fit two stages in shared memory are streamed (``norm_fwd_stream``: a warp
     per row up to ``STREAM_WARP_MAX_VECS`` vectors, else a block). Others run ``norm_fwd`` with the row in
-    registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block),
+    registers: a warp per row for rows of at most ``32 * _nv_warp(dt)`` vectors (``WARP_ROWS`` rows per block;
+    16-bit RMSNorm without residual only with ``WARP_RMS16``),
     longer rows a block of G threads per row (:func:`_geometry`) with shared memory and re-reads beyond."""
     key = (kind, dt, wdt, hidden, res, dev, WARP_ROWS, FWD_WAVES, FWD_MAX_THREADS, STREAM, STREAM_MIN_VECS,
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, STREAM_STAGES, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
            FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES,
-           FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE, FWD_CLUSTER_LAYER_AFFINE)
+           FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE, FWD_CLUSTER_LAYER_AFFINE, WARP_RMS16,
+           FWD_CLUSTER_RMS32_WHOLE)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
+        body = hidden // (16 // dt.itemsize)
+        if kind == RMS and not res and dt.itemsize == 4 and body <= NV * FWD_MAX_THREADS:
+            geo = geo if FWD_CLUSTER_RMS32_WHOLE else None  # held whole by norm_fwd's registers
         plain_held = _plain_layer_held(kind, dt, hidden, res)
         bare = geo is not None and not affine and not res and geo[0] <= FWD_CLUSTER_LAYER_NO_AFFINE
         # norm_fwd_cluster (not held) copies weights of x's dtype (16-byte vectors) to shared memory per row
@@ -460,8 +477,8 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
         if cfg is not None:
             _FWD_CFG[key] = cfg
             return cfg
-        body = hidden // (16 // dt.itemsize)
-        warp = body <= 32 * _nv_warp(dt) and WARP_ROWS > 0
+        rms16 = kind == RMS and not res and dt.itemsize == 2
+        warp = body <= 32 * _nv_warp(dt) and WARP_ROWS > 0 and (WARP_RMS16 or not rms16)
         if warp:
             G, rpb, nchunks, smem_chunks = 32, WARP_ROWS, max(1, math.ceil(body / 32)), 0
         else:

@@ -347,7 +347,9 @@ def test_forward_cluster_plans(monkeypatch, itemsize):
                                 and hidden * itemsize >= norm.FWD_CLUSTER_PLAIN_LAYER_BYTES)
                         geo = norm._fwd_cluster_geometry(itemsize, hidden, cc)  # weights of x's dtype:
                         staged = geo is not None and geo[0] <= norm.FWD_CLUSTER_LAYER_AFFINE
-                        expect = (cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap
+                        whole = (kind == norm.RMS and not res and itemsize == 4  # in norm_fwd's registers
+                                 and body <= norm.NV * norm.FWD_MAX_THREADS and not norm.FWD_CLUSTER_RMS32_WHOLE)
+                        expect = (cc >= 90 and hidden % vec == 0 and lo <= body <= 8 * cap and not whole
                                   and (kind == norm.RMS or res or norm.FWD_CLUSTER_PLAIN_LAYER or held or staged))
                         assert bool(plan.cluster) == expect, (cc, hidden, plan)
                         if not expect:
@@ -595,11 +597,13 @@ def test_forward_matches_reference(cp, rng, kind, dt, hidden):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("path", ["registers", "registers-strided", "stream", "stream-2stages", "stream-fixed"])
+@pytest.mark.parametrize("path", ["registers", "registers-strided", "registers-warp-rms16", "stream", "stream-2stages",
+                                  "stream-fixed"])
 def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path):
     """Both forward kernels at row counts that leave the last block partly empty and make blocks stride over
     rows: the register kernel (warp per row up to 3 KiB, WARP_ROWS rows a block; block per row above;
-    ``registers-strided`` caps its grid at one wave) and the streamed kernel (whole-vector rows, persistent
+    ``registers-strided`` caps its grid at one wave; ``registers-warp-rms16``: 16-bit RMSNorm rows without residual
+    on the warp path too, WARP_RMS16) and the streamed kernel (whole-vector rows, persistent
     grid: warp per row up to 4 KiB, block per row above, with three rows staged, or two: ``stream-2stages``;
     rows claimed from the ticket, or ``stream-fixed``: a fixed share a block)."""
     monkeypatch.setattr(norm, "STREAM", path.startswith("stream"))
@@ -607,9 +611,13 @@ def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path
     monkeypatch.setattr(norm, "STREAM_STAGES", 2 if path == "stream-2stages" else 3)
     monkeypatch.setattr(norm, "STREAM_MIN_VECS", 0)  # every whole-vector row length streams
     monkeypatch.setattr(norm, "FWD_WAVES", 1 if path == "registers-strided" else 0)
+    monkeypatch.setattr(norm, "WARP_RMS16", path == "registers-warp-rms16")
+    if path == "registers-warp-rms16" and (kind == "layer" or np.dtype(dt).itemsize == 4):
+        pytest.skip("the setting changes 16-bit RMSNorm plans only")
     hiddens = (8, 129, 511, 1023, 1024, 1025, 2048, 4096, 12288)
     # 12288, 12289 float32 in a capped grid: rows with shared-memory chunks (cp.async-filled) in turn per block
-    for hidden in hiddens if path != "registers-strided" else (1023, 1025, 12288, 12289):
+    for hidden in (hiddens if path not in ("registers-strided", "registers-warp-rms16") else
+                   (1023, 1025, 12288, 12289) if path == "registers-strided" else (8, 129, 511, 1023, 1024, 1025)):
         for rows in (9, 1001, 12001):
             if rows * hidden > 13_000_000:
                 continue
@@ -748,6 +756,7 @@ def test_forward_cluster_edges(cp, rng, monkeypatch, kind, dt, cluster):
     monkeypatch.setattr(norm, "FWD_CLUSTER_SIZES", (2, 4, 8) if cluster else ())
     monkeypatch.setattr(norm, "FWD_CLUSTER_MIN_VECS", 1024)
     monkeypatch.setattr(norm, "FWD_CLUSTER_PLAIN_LAYER", True)  # the kernel's LayerNorm without residual too
+    monkeypatch.setattr(norm, "FWD_CLUSTER_RMS32_WHOLE", True)  # and float32 RMSNorm rows of <= 2048 vectors
     held = cluster == "hold" or cluster in (2, 3)
     monkeypatch.setattr(norm, "FWD_CLUSTER_HOLD", held)
     monkeypatch.setattr(norm, "FWD_CLUSTER_PREFETCH", cluster if held and cluster != "hold" else 0)

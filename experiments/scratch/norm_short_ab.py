@@ -14,10 +14,15 @@ each applied over main's (restored after):
   run 3 (522f164, norm_short_ab_522f164.json): main (NV_WARP_BYTES = 96: float32 rows to 768 on the warp path, 6
   vectors a lane) against the 128 of before, float32 512-1K with and without residual. Found: 1K +1.5-2 %, 512-768
   within 0.5 % (landed).
-  run 4 (VARIANTS below; the rows Triton still led in 522f164's sweep, bfloat16 RMSNorm 1K and float32 RMSNorm 8K,
+  run 4 (4d231be, norm_short_ab_4d231be.json; the rows Triton still led in 522f164's sweep, bfloat16 RMSNorm 1K and float32 RMSNorm 8K,
   and their neighbours, no residual): "w4", the warp path's kernels at launch bounds of 4 blocks of 256 threads (64
   registers, so 32 one-warp blocks an SM instead of 25 at the 80 of 3 blocks; RMSNorm holds 2 weight chunks, not 4,
   to fit); "blk", every row on the block path; "nocl", no cluster path (RMSNorm 8K-16K on the register kernel).
+  Found: bfloat16 RMSNorm 1K 0.975 -> 0.990 (w4) / 0.994 (blk), 512 0.758 -> 0.787 (both; Triton 0.988 / 0.787);
+  float32 RMSNorm 512 -1.4 % (w4) / -0.8 % (blk), 768 -0.8 / +0.4 %; bfloat16 LayerNorm 1K even; float32 RMSNorm
+  8K on the register kernel 0.966 -> 0.983 (Triton 0.977), bfloat16 16K there 0.970 -> 0.921.
+  run 5 (VARIANTS below): main's new settings (WARP_RMS16 = False, FWD_CLUSTER_RMS32_WHOLE = False: 16-bit RMSNorm
+  rows without residual on the block path, float32 RMSNorm 8K on the register kernel) against the old ones.
 LayerNorm with weight and bias and RMSNorm with weight, of x's dtype, at 256 MiB of x; three interleaved rounds,
 the Triton peer of norm_sweep.py (no residual) and a copy of x in the same run (frac = bytes moved over the copy's
 rate); max abs error of y against float64 on 256 rows.
@@ -32,9 +37,11 @@ from cuflash import _dtypes, bench, norm as nm  # noqa: E402
 from norm_sweep import triton_peers  # noqa: E402
 
 NBYTES = 256 << 20
-VARIANTS = {"main": {}, "w4": dict(_fwd_name="w4"), "blk": dict(WARP_ROWS=0), "nocl": dict(FWD_CLUSTER_SIZES=())}
-SHAPES = ([("rms", "bfloat16", h, False) for h in (512, 1024, 16384)] + [("layer", "bfloat16", 1024, False)]
-          + [("rms", "float32", h, False) for h in (512, 768, 4096, 8192)])
+VARIANTS = {"main": {}, "old": dict(WARP_RMS16=True, FWD_CLUSTER_RMS32_WHOLE=True)}
+SHAPES = ([("rms", "bfloat16", h, False) for h in (256, 512, 1000, 1024)] + [("rms", "float16", 1024, False)]
+          + [("rms", "float32", h, False) for h in (6144, 8192)])
+# run 4's VARIANTS: {"main": {}, "w4": dict(_fwd_name="w4"), "blk": dict(WARP_ROWS=0),
+#                    "nocl": dict(FWD_CLUSTER_SIZES=())}
 _fwd_name0 = nm._fwd_name
 
 
