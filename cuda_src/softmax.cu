@@ -346,8 +346,9 @@ __device__ __forceinline__ Slot<T> output_slot(const Slot<T>& r, const OutConst<
 
 // 16-bit T: calls f(c), c a copy of oc whose fast and op are compile-time constants in each of the three calls: one
 // copy of the caller's output loop per case, in which output_slot's per-slot tests fold away (as norm.cu's output
-// loops with the weight and bias known present, 20b5a00 / f788cba). 16-bit rows of 32K-1M columns +1-9 % of copy
-// (logs/softmax_out_split_ab_d8618b0.json). Else f(oc).
+// loops with the weight and bias known present, 20b5a00 / f788cba). 16-bit rows of 4K-1M columns +0.1-9 % of copy
+// (logs/softmax_out_split_ab_d8618b0.json). Else f(oc). The cases are output_slot's: fast (set only with
+// OP_SOFTMAX), softmax, and every other op as log_softmax (callers return before the output when op >= OP_LSE).
 template <typename T, typename A, typename F>
 __device__ __forceinline__ void with_output_const(const OutConst<A>& oc, F&& f) {
   if constexpr (sizeof(T) == 2) {

@@ -55,7 +55,8 @@ WARP_RMS16 = False  # 16-bit RMSNorm rows without residual take the warp-per-row
                     # against the warp kernel's 80: 32 one-warp blocks an SM instead of 25). H200, same run
                     # (experiments/results/norm_short_ab_4d231be.json): bfloat16 1K 0.975 -> 0.994 of a copy of x
                     # (Triton 0.988), 512 0.758 -> 0.787 (Triton 0.787); float32 RMSNorm and 16-bit LayerNorm gained
-                    # nothing from it, with residual even (norm_short_ab_91d2ded.json)
+                    # nothing from it, with residual even (norm_short_ab_91d2ded.json). Measured with weights of x's
+                    # dtype only; the rule covers float32 weights and every device too
 FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
 STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
 STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
@@ -157,7 +158,8 @@ def _nv_warp(dt):
 # NH of norm_fwd: how many of a thread's NV register chunks also hold their weight (and bias) vectors in
 # registers across rows. The most that ptxas (CUDA 13.0, sm_80 and sm_90) fits without spilling under the
 # kernel's __launch_bounds__, which are those the kernel had before NH (so its occupancy is unchanged):
-# LayerNorm's two arrays leave room for few chunks, RMSNorm's one for all (float32 warp path: 4 of its 8).
+# LayerNorm's two arrays leave room for few chunks, RMSNorm's one for all (float32 warp path: 4 of its 6; its
+# values were set when that path held 8 vectors a lane, NV_WARP_BYTES = 128, and not searched again at 6).
 # Keyed by (kind, residual, warp path); values for float32, 16-bit with 16-bit weights, 16-bit with float32
 # weights. tests/test_compile.py checks that none spills. 16-bit LayerNorm without residual holds none: its
 # weights and bias loaded per chunk leave it fewer registers and more rows in flight, 0.92-0.95 of the copy
@@ -448,13 +450,14 @@ def _fwd_config(kind, dt, wdt, hidden, res, dev, affine=True):
            STREAM_WARP_MAX_VECS, STREAM_VECS_PER_THREAD, STREAM_STAGES, HOLD, FWD_CLUSTER_SIZES, FWD_CLUSTER_MIN_VECS,
            FWD_CLUSTER_MAX_THREADS, FWD_CLUSTER_PLAIN_LAYER, FWD_CLUSTER_HOLD, FWD_CLUSTER_PLAIN_LAYER_BYTES,
            FWD_CLUSTER_PREFETCH, bool(affine), FWD_CLUSTER_LAYER_NO_AFFINE, FWD_CLUSTER_LAYER_AFFINE, WARP_RMS16,
-           FWD_CLUSTER_RMS32_WHOLE)
+           FWD_CLUSTER_RMS32_WHOLE, NV, NV_WARP_BYTES)
     cfg = _FWD_CFG.get(key)
     if cfg is None:
         geo = _fwd_cluster_geometry(dt.itemsize, hidden, _compile.compute_capability(dev))
         body = hidden // (16 // dt.itemsize)
-        if kind == RMS and not res and dt.itemsize == 4 and body <= NV * FWD_MAX_THREADS:
-            geo = geo if FWD_CLUSTER_RMS32_WHOLE else None  # held whole by norm_fwd's registers
+        rms32_whole = kind == RMS and not res and dt.itemsize == 4 and body <= NV * FWD_MAX_THREADS
+        if rms32_whole and not FWD_CLUSTER_RMS32_WHOLE:
+            geo = None  # float32 RMSNorm rows that norm_fwd holds whole in registers run there
         plain_held = _plain_layer_held(kind, dt, hidden, res)
         bare = geo is not None and not affine and not res and geo[0] <= FWD_CLUSTER_LAYER_NO_AFFINE
         # norm_fwd_cluster (not held) copies weights of x's dtype (16-byte vectors) to shared memory per row

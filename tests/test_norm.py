@@ -429,6 +429,44 @@ def test_forward_cluster_plans_without_affine(monkeypatch, itemsize):
     assert norm._fwd_config(norm.LAYER, dt, dt, lo * vec, False, 0, affine=True).cluster == 2
 
 
+def _warp_kernel(name):
+    """Whether a norm_fwd instantiation name is the warp-per-row kernel (its WARP template argument)."""
+    return name[name.index("<") + 1:-1].split(", ")[7] == "true"
+
+
+def test_forward_short_row_plans(monkeypatch):
+    """The register kernel's path on short rows, as measured on the H200 (norm_short_ab runs 3-5): a warp per row
+    up to 3 KiB (float32 768, 16-bit 1K), float32 1K on 64-thread blocks; 16-bit RMSNorm without residual on the
+    block path unless WARP_RMS16; float32 RMSNorm 8K without residual in norm_fwd's registers (512 threads of four
+    vectors) unless FWD_CLUSTER_RMS32_WHOLE, with residual and at bfloat16 16K on the cluster path. Plans only."""
+    declared, asked = _plans_on_sm90(monkeypatch)
+    f32, bf16, f16 = np.dtype(np.float32), np.dtype(_dtypes.bfloat16), np.dtype(np.float16)
+
+    def plan(kind, dt, hidden, res=False):
+        norm._FWD_CFG.clear()
+        p = norm._fwd_config(kind, dt, dt, hidden, res, 0)
+        assert asked[-1] in declared
+        return p, asked[-1]
+
+    L, R = norm.LAYER, norm.RMS
+    for kind, dt, hidden, res, warp, G in [
+            (L, f32, 768, False, True, 32), (R, f32, 768, False, True, 32), (L, f32, 1024, False, False, 64),
+            (R, f32, 1024, False, False, 64), (L, f32, 1024, True, False, 64), (L, bf16, 1024, False, True, 32),
+            (L, f16, 1024, False, True, 32), (R, bf16, 1024, True, True, 32), (R, bf16, 1024, False, False, 32),
+            (R, f16, 512, False, False, 32), (R, bf16, 1025, False, False, 32), (R, f32, 512, False, True, 32)]:
+        p, name = plan(kind, dt, hidden, res)
+        assert (_warp_kernel(name), p.G, p.cluster, p.stream) == (warp, G, 0, False), (kind, dt, hidden, res)
+    monkeypatch.setattr(norm, "WARP_RMS16", True)  # (the plan cache is keyed by the setting)
+    assert _warp_kernel(plan(R, bf16, 1024)[1]) and _warp_kernel(plan(R, f16, 512)[1])
+    monkeypatch.setattr(norm, "WARP_RMS16", False)
+    p, name = plan(R, f32, 8192)
+    assert (p.cluster, p.G, p.nchunks, _warp_kernel(name)) == (0, 512, 4, False)
+    assert plan(R, f32, 8192, res=True)[0].cluster == 2 and plan(R, bf16, 16384)[0].cluster == 2
+    assert plan(R, f32, 8196)[0].cluster == 4  # 2049 vectors: beyond the registers
+    monkeypatch.setattr(norm, "FWD_CLUSTER_RMS32_WHOLE", True)
+    assert plan(R, f32, 8192)[0].cluster == 2
+
+
 def test_forward_cluster_hold_plans(monkeypatch):
     """FWD_CLUSTER_HOLD (study setting): rows without residual take the persistent cluster kernel, with shared
     memory for each thread's weight (and LayerNorm's bias) vectors and a grid cap of whole clusters; rows with a
@@ -597,13 +635,11 @@ def test_forward_matches_reference(cp, rng, kind, dt, hidden):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("path", ["registers", "registers-strided", "registers-warp-rms16", "stream", "stream-2stages",
-                                  "stream-fixed"])
+@pytest.mark.parametrize("path", ["registers", "registers-strided", "stream", "stream-2stages", "stream-fixed"])
 def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path):
     """Both forward kernels at row counts that leave the last block partly empty and make blocks stride over
     rows: the register kernel (warp per row up to 3 KiB, WARP_ROWS rows a block; block per row above;
-    ``registers-strided`` caps its grid at one wave; ``registers-warp-rms16``: 16-bit RMSNorm rows without residual
-    on the warp path too, WARP_RMS16) and the streamed kernel (whole-vector rows, persistent
+    ``registers-strided`` caps its grid at one wave) and the streamed kernel (whole-vector rows, persistent
     grid: warp per row up to 4 KiB, block per row above, with three rows staged, or two: ``stream-2stages``;
     rows claimed from the ticket, or ``stream-fixed``: a fixed share a block)."""
     monkeypatch.setattr(norm, "STREAM", path.startswith("stream"))
@@ -611,18 +647,26 @@ def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path
     monkeypatch.setattr(norm, "STREAM_STAGES", 2 if path == "stream-2stages" else 3)
     monkeypatch.setattr(norm, "STREAM_MIN_VECS", 0)  # every whole-vector row length streams
     monkeypatch.setattr(norm, "FWD_WAVES", 1 if path == "registers-strided" else 0)
-    monkeypatch.setattr(norm, "WARP_RMS16", path == "registers-warp-rms16")
-    if path == "registers-warp-rms16" and (kind == "layer" or np.dtype(dt).itemsize == 4):
-        pytest.skip("the setting changes 16-bit RMSNorm plans only")
-    hiddens = (8, 129, 511, 1023, 1024, 1025, 2048, 4096, 12288)
+    hiddens = (8, 129, 511, 767, 1023, 1024, 1025, 2048, 4096, 12288)  # float32 767: 6 vectors a lane (warp path)
     # 12288, 12289 float32 in a capped grid: rows with shared-memory chunks (cp.async-filled) in turn per block
-    for hidden in (hiddens if path not in ("registers-strided", "registers-warp-rms16") else
-                   (1023, 1025, 12288, 12289) if path == "registers-strided" else (8, 129, 511, 1023, 1024, 1025)):
+    for hidden in hiddens if path != "registers-strided" else (767, 1023, 1025, 12288, 12289):
         for rows in (9, 1001, 12001):
             if rows * hidden > 13_000_000:
                 continue
             for variant in (0, 1, 3):
                 _run_forward(cp, rng, kind, dt, rows, hidden, variant, check_rows=None if rows < 2000 else np.s_[::7])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [d for d in DTYPES if np.dtype(d).itemsize == 2], ids=str)
+def test_forward_rms16_warp_path(cp, rng, monkeypatch, dt):
+    """16-bit RMSNorm rows without residual on the warp-per-row path (WARP_RMS16; by default they take the block
+    path): no weight, weight in x's dtype, float32 weight (with stats), rows leaving the last block part empty."""
+    monkeypatch.setattr(norm, "WARP_RMS16", True)
+    for hidden in (8, 129, 511, 1023, 1024):
+        for rows in (9, 1001):
+            for variant in (0, 2, 4):
+                _run_forward(cp, rng, "rms", dt, rows, hidden, variant)
 
 
 @pytest.mark.gpu

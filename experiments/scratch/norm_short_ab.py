@@ -14,15 +14,16 @@ each applied over main's (restored after):
   run 3 (522f164, norm_short_ab_522f164.json): main (NV_WARP_BYTES = 96: float32 rows to 768 on the warp path, 6
   vectors a lane) against the 128 of before, float32 512-1K with and without residual. Found: 1K +1.5-2 %, 512-768
   within 0.5 % (landed).
-  run 4 (4d231be, norm_short_ab_4d231be.json; the rows Triton still led in 522f164's sweep, bfloat16 RMSNorm 1K and float32 RMSNorm 8K,
-  and their neighbours, no residual): "w4", the warp path's kernels at launch bounds of 4 blocks of 256 threads (64
-  registers, so 32 one-warp blocks an SM instead of 25 at the 80 of 3 blocks; RMSNorm holds 2 weight chunks, not 4,
-  to fit); "blk", every row on the block path; "nocl", no cluster path (RMSNorm 8K-16K on the register kernel).
+  run 4 (4d231be, norm_short_ab_4d231be.json; the rows Triton still led in 522f164's sweep, bfloat16 RMSNorm 1K
+  and float32 RMSNorm 8K, and their neighbours, no residual): "w4", the warp path's kernels at launch bounds of 4
+  blocks of 256 threads (64 registers, so 32 one-warp blocks an SM instead of 25 at the 80 of 3 blocks; RMSNorm
+  holds 2 weight chunks, not 4, to fit); "blk", every row on the block path; "nocl", no cluster path (RMSNorm 8K-16K on the register kernel).
   Found: bfloat16 RMSNorm 1K 0.975 -> 0.990 (w4) / 0.994 (blk), 512 0.758 -> 0.787 (both; Triton 0.988 / 0.787);
   float32 RMSNorm 512 -1.4 % (w4) / -0.8 % (blk), 768 -0.8 / +0.4 %; bfloat16 LayerNorm 1K even; float32 RMSNorm
   8K on the register kernel 0.966 -> 0.983 (Triton 0.977), bfloat16 16K there 0.970 -> 0.921.
   run 5 (VARIANTS below): main's new settings (WARP_RMS16 = False, FWD_CLUSTER_RMS32_WHOLE = False: 16-bit RMSNorm
-  rows without residual on the block path, float32 RMSNorm 8K on the register kernel) against the old ones.
+  rows without residual on the block path, float32 RMSNorm 8K on the register kernel) against the old ones. Its
+  labels do not tell the warp path from the block path (bfloat16 256: old warp, main block); later runs say "warp".
 LayerNorm with weight and bias and RMSNorm with weight, of x's dtype, at 256 MiB of x; three interleaved rounds,
 the Triton peer of norm_sweep.py (no residual) and a copy of x in the same run (frac = bytes moved over the copy's
 rate); max abs error of y against float64 on 256 rows.
@@ -57,6 +58,11 @@ def _fwd_name_w4(dt, wdt, kind, res=False, warp=False, *a, **k):
 
 
 SETTINGS = {"w4": _fwd_name_w4}
+
+
+def _warp_kernel(name):
+    """Whether a norm_fwd instantiation name is the warp-per-row kernel (its WARP template argument)."""
+    return name[name.index("<") + 1:-1].split(", ")[7] == "true"
 
 
 def main():
@@ -101,10 +107,15 @@ def main():
                         val = settings.get(k, saved[k])
                         setattr(nm, k, SETTINGS.get(val, val) if isinstance(val, str) else val)
                     nm._FWD_CFG.clear()
+                    asked = []  # the register kernel's name, if the plan asks for one (warp or block path)
+                    inner = nm._fwd_name
+                    nm._fwd_name = lambda *a, **k: asked.append(inner(*a, **k)) or asked[-1]  # noqa: E731
                     pl = nm._fwd_config(nm.LAYER if kind == "layer" else nm.RMS, x.dtype, w.dtype, hidden, res,
                                         x.device.id)
+                    nm._fwd_name = inner
+                    warp = " warp" if asked and _warp_kernel(asked[-1]) else ""
                     path[v] = "stream" if pl.stream else f"cluster{pl.cluster}" if pl.cluster else \
-                        f"reg G={pl.G} rpb={pl.rpb} n={pl.nchunks}"
+                        f"reg G={pl.G} rpb={pl.rpb} n={pl.nchunks}{warp}"
                     if rnd == 0:
                         y = call()
                         y = y[0] if res else y
