@@ -17,7 +17,8 @@ each applied over main's (restored after):
   run 4 (4d231be, norm_short_ab_4d231be.json; the rows Triton still led in 522f164's sweep, bfloat16 RMSNorm 1K
   and float32 RMSNorm 8K, and their neighbours, no residual): "w4", the warp path's kernels at launch bounds of 4
   blocks of 256 threads (64 registers, so 32 one-warp blocks an SM instead of 25 at the 80 of 3 blocks; RMSNorm
-  holds 2 weight chunks, not 4, to fit); "blk", every row on the block path; "nocl", no cluster path (RMSNorm 8K-16K on the register kernel).
+  holds 2 weight chunks, not 4, to fit); "blk", every row on the block path; "nocl", no cluster path (RMSNorm
+  8K-16K on the register kernel).
   Found: bfloat16 RMSNorm 1K 0.975 -> 0.990 (w4) / 0.994 (blk), 512 0.758 -> 0.787 (both; Triton 0.988 / 0.787);
   float32 RMSNorm 512 -1.4 % (w4) / -0.8 % (blk), 768 -0.8 / +0.4 %; bfloat16 LayerNorm 1K even; float32 RMSNorm
   8K on the register kernel 0.966 -> 0.983 (Triton 0.977), bfloat16 16K there 0.970 -> 0.921.
