@@ -196,7 +196,10 @@ def last_axis_contiguous(a):
     ok = a.shape[-1] == 1 or a.strides[-1] == it
     ok = ok and all((st // it) % (16 // it) == 0 or n == 1 for st, n in zip(a.strides[:-1], a.shape[:-1]))
     ok = ok and a.data.ptr % 16 == 0
-    return a if ok else cupy.ascontiguousarray(a)
+    if ok:
+        return a
+    out = cupy.ascontiguousarray(a)  # a C-contiguous view comes back as it is, even one not 16-byte aligned
+    return out if out.data.ptr % 16 == 0 else out.copy()
 
 
 def pad_head_dim(a, d_to: int):

@@ -9,16 +9,25 @@ entirely on chip (registers, shared memory, or the streamed kernel's stages) tak
 (the mean from one block sum, then the sum of squared deviations from it over the same on-chip row); longer rows
 use Welford's running (count, mean, M2) merged across lanes, warps and blocks with Chan, Golub & LeVeque's
 pairwise formula; RMSNorm accumulates x^2 in float32 (float16 x^2 overflows above |x| ~ 256). On compute
-capability 9.0, RMSNorm and fused LayerNorm rows of 2048 to 8192 whole 16-byte vectors are split over a
-thread-block cluster (``norm_fwd_cluster``): each block's share in registers, the blocks' states (LayerNorm: mean
-and M2 of the share, two-pass within each warp, Chan-merged) exchanged through distributed shared memory; so are
+capability 9.0, RMSNorm rows (but float32 rows without residual that ``norm_fwd`` holds whole in registers, up to
+8K) and fused LayerNorm rows of 2048 to 8192 whole 16-byte vectors are split over a thread-block cluster
+(``norm_fwd_cluster``): each block's share in registers, the blocks' states (LayerNorm: mean and M2 of the share,
+two-pass within each warp, Chan-merged) exchanged through distributed shared memory; so are
 plain LayerNorm's float32 rows of 32K, on persistent clusters that hold each block's weight and bias in shared memory,
 and plain LayerNorm rows without weight and bias over up to four blocks.
 
 - LayerNorm: Ba, Kiros & Hinton, "Layer Normalization" (2016): ``y = (h - mean) / sqrt(var + eps) * w + b``
   with the biased variance, as ``torch.nn.functional.layer_norm``.
 - RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization" (2019): ``y = h / sqrt(mean(h^2) + eps) * w``,
-  as ``torch.nn.functional.rms_norm`` (``eps=None`` means ``finfo(x.dtype).eps``).
+  as ``torch.nn.functional.rms_norm``: ``eps=None`` means ``finfo(float32).eps`` (1.19e-7) for every input dtype,
+  the epsilon of the float32 statistics, as torch computes it since 2.6 (torch's ``toOpMathType``; measured against
+  torch 2.11 on the H200, ``experiments/scratch/newuser_probe.py``). For 16-bit inputs it is not
+  ``finfo(x.dtype).eps`` (bfloat16 7.8e-3, float16 9.8e-4), which changed rows of mean square 1e-4 by up to 9x.
+
+Subnormal numbers: CuPy compiles every kernel with ``-ftz=true``, so float32 intermediates below 1.2e-38 flush to
+zero: with ``eps=0`` a row whose values are all below ~1e-19 has a zero sum of squares (variance) and gives
+inf/NaN where a float64 reference (or torch, which keeps subnormals) gives finite values. Any ``eps`` above ~1e-37
+avoids it.
 
 Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_fwd_stream``, ``norm_fwd_cluster``, ``norm_bwd``,
 ``norm_bwd_stream``, ``norm_bwd_cluster``, ``reduce_parts``), ``cuda_src/cuflash/welford.cuh`` and
@@ -57,6 +66,7 @@ WARP_RMS16 = False  # 16-bit RMSNorm rows without residual take the warp-per-row
                     # (Triton 0.988), 512 0.758 -> 0.787 (Triton 0.787); float32 RMSNorm and 16-bit LayerNorm gained
                     # nothing from it, with residual even (norm_short_ab_91d2ded.json). Measured with weights of x's
                     # dtype only; the rule covers float32 weights and every device too
+RMS_DEFAULT_EPS = float(np.finfo(np.float32).eps)  # rms_norm's eps=None (torch >= 2.6: float32's, any dtype)
 FWD_WAVES = 0   # > 0: cap the forward grid at FWD_WAVES x resident blocks (grid-stride); 0: a group per row
 STREAM = True   # forward rows of whole 16-byte vectors through norm_fwd_stream (cp.async staging) where they fit
 STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte vectors (64 KiB; shorter rows ran
@@ -607,8 +617,9 @@ def rms_norm(x, normalized_shape, weight=None, eps=None, *, residual=None, retur
     """RMSNorm over the trailing ``normalized_shape`` dims, optionally fused with the residual add.
 
     ``y = h * rstd * weight``, ``rstd = 1 / sqrt(mean(h^2) + eps)`` with ``h^2`` accumulated in float32;
-    ``eps=None`` means ``finfo(x.dtype).eps`` (as ``torch.nn.functional.rms_norm``). RMSNorm of Zhang & Sennrich
-    2019 (no mean subtraction, no bias).
+    ``eps=None`` means ``finfo(float32).eps`` = 1.1920929e-07 for every dtype (the epsilon of the float32
+    statistics, as ``torch.nn.functional.rms_norm`` since torch 2.6; not ``finfo(x.dtype).eps``, which is 7.8e-3 for
+    bfloat16). RMSNorm of Zhang & Sennrich 2019 (no mean subtraction, no bias).
 
     Returns ``y``; with ``residual``: ``(y, h)``; with ``return_stats``: ``(y, rstd)`` or ``(y, h, rstd)``
     (``rstd`` float32, shape ``x.shape[:-len(normalized_shape)]``). Arguments and dtypes as :func:`layer_norm`
@@ -617,9 +628,8 @@ def rms_norm(x, normalized_shape, weight=None, eps=None, *, residual=None, retur
     Raises:
         TypeError / ValueError: as :func:`layer_norm` (the weight and residual cases; there is no bias).
     """
-    if eps is None:
-        x = _as_device(x, "rms_norm: x")
-        eps = _dtypes.eps(_dtypes.check_dtype(x.dtype, _TYPES, "rms_norm: x"))
+    if eps is None:  # torch's default: the epsilon of its float32 ("opmath") statistics, whatever x's dtype
+        eps = RMS_DEFAULT_EPS
     return _forward(RMS, "rms_norm", x, normalized_shape, weight, None, eps, residual, return_stats)
 
 

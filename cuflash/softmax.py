@@ -60,7 +60,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import as_cupy
+from ._attn_common import as_bool, as_cupy
 
 SOURCE = "softmax.cu"
 OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LSE, OP_STATE = 0, 1, 2, 3
@@ -461,7 +461,7 @@ def _prepare(x, axis, op, method, partition):
         raise ValueError(f"zero-size array to reduction operation maximum which has no identity (shape {x.shape}, "
                          f"axis {axis})")
     dev = cupy.cuda.runtime.getDevice()
-    key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axis, op, method, dev,
+    key = (x.shape, x.strides, x.dtype, x.data.ptr & 15, axes, op, method, dev,
            None if partition is None else tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                                                        for k, v in partition.items())))
     pr = _PREP.get(key)
@@ -566,8 +566,13 @@ def _make_prep(x, axis, op, method, partition, dev):
 
 
 def _contiguous(x2):
+    """x2 as a C-contiguous array starting on a 16-byte boundary: x2 itself when it is one, else a copy (a fresh
+    allocation is 256-byte aligned; ``cupy.ascontiguousarray`` returns a C-contiguous view as it is, and one that
+    starts inside a 16-byte slot, e.g. ``flat[1:].reshape(...)``, gave the softmax output a different offset)."""
     import cupy
 
+    if x2.flags.c_contiguous:
+        return x2 if x2.data.ptr % 16 == 0 else x2.copy()
     return cupy.ascontiguousarray(x2)
 
 
@@ -741,7 +746,9 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, method
         ``lse``, natural log: ``a``'s shape (the broadcast shape with ``b``) without the reduced axes (length 1
         with ``keepdims``). Dtype: ``a.dtype`` without ``b`` (bfloat16 stays bfloat16, unlike scipy); with ``b``
         ``numpy.result_type(a, b)`` (a Python scalar ``b``, or any real scalar with a bfloat16 ``a``, keeps
-        ``a.dtype``; int64 weights promote float16/float32 ``a`` to float64). Accumulation in float32 (float64
+        ``a.dtype``; int64 weights promote float16/float32 ``a`` to float64; integer or bool weights with a
+        bfloat16 ``a`` promote as with a float16 one, bfloat16 in place of float16: int8/uint8/bool keep
+        bfloat16, int16 gives float32, int32/int64 float64). Accumulation in float32 (float64
         for a float64 result). With ``return_sign``: ``(lse, sign)``, ``sign`` of the same shape and dtype
         (+1, −1 for a negative weighted sum, 0 where the sum is 0, NaN for NaN; −1 over an empty axis, as
         scipy). Edge values as scipy: an empty or all −inf reduction gives −inf, +inf entries +inf, NaN
@@ -751,13 +758,14 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, method
         TypeError: ``a`` not a CuPy/CUDA array or not float16/bfloat16/float32/float64; ``b`` neither a real
             scalar nor a CuPy/CUDA array of a real dtype (bool and complex scalars, host arrays); ``a`` and ``b``
             with no common supported dtype (e.g. bfloat16 with float16); an axis that is not None, an int or a
-            tuple of ints.
+            tuple of ints; ``keepdims`` or ``return_sign`` not a bool (or 0 / 1).
         ValueError: axis out of range or repeated, an unknown method (also with ``b``), ``b`` not broadcasting
             against ``a``. All before any launch.
     """
     import cupy
 
     a = _as_cupy(a, "a")
+    keepdims, return_sign = as_bool(keepdims, "logsumexp: keepdims"), as_bool(return_sign, "logsumexp: return_sign")
     if b is not None:
         _check_method(method)
         return _logsumexp_weighted(a, axis, b, keepdims, return_sign)
@@ -797,7 +805,11 @@ def _logsumexp_weighted(a, axis, b, keepdims, return_sign):
         if b.dtype not in _SUPPORTED and b.dtype.kind not in "fiub":
             raise TypeError(f"b has dtype {b.dtype}; expected a real array")
         try:
-            out_dt = np.result_type(a.dtype, b.dtype)
+            if a.dtype == _dtypes.bfloat16 and b.dtype.kind in "iub":  # NumPy has no rule: float16's, in bfloat16
+                out_dt = np.result_type(np.float16, b.dtype)
+                out_dt = a.dtype if out_dt == np.float16 else out_dt
+            else:
+                out_dt = np.result_type(a.dtype, b.dtype)
         except Exception:
             raise TypeError(f"no common dtype for a ({a.dtype}) and b ({b.dtype})") from None
         if out_dt not in _SUPPORTED and out_dt.kind != "f":  # integer/bool weights: scipy's float64

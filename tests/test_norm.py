@@ -218,6 +218,17 @@ def test_numpy_input_is_rejected_before_launch():
         norm.rms_norm(x, 8, eps=1e-6)
 
 
+def test_rms_norm_default_eps_is_float32s(monkeypatch):
+    """eps=None is finfo(float32).eps for every dtype, as torch.nn.functional.rms_norm since torch 2.6 (its float32
+    "opmath" statistics), not finfo(x.dtype).eps (bfloat16 7.8e-3): checked here on the value passed to the
+    kernels, on the H200 against torch (test_rms_norm_default_eps_as_torch)."""
+    seen = []
+    monkeypatch.setattr(norm, "_forward", lambda kind, fn, x, shape, w, b, eps, *rest: seen.append(eps))
+    norm.rms_norm(object(), 8)
+    norm.rms_norm(object(), 8, eps=1e-6)
+    assert seen == [float(np.finfo(np.float32).eps), 1e-6]
+
+
 def test_every_kernel_is_declared():
     from cuflash import _compile
 
@@ -756,8 +767,8 @@ def test_handed_cases(cp, rng):
             xh = x.astype(np.float16)
             y = norm.rms_norm(cp.asarray(xh), [4096]).get()
             assert np.isfinite(y.astype(np.float32)).all()
-            ref = reference.rms_norm(xh, [4096], eps=float(np.finfo(np.float16).eps))[0]
-            base = rnd(f32_forward("rms", xh, eps=float(np.finfo(np.float16).eps)), np.float16)
+            ref = reference.rms_norm(xh, [4096], eps=E32)[0]  # eps=None: float32's (as torch)
+            base = rnd(f32_forward("rms", xh, eps=E32), np.float16)
             check_close("y", y, ref, base, np.float16, 4096)
             for hidden in (4096, 4097, 65537):  # every path (registers, shared memory) accumulates in float32
                 xx = (rng.uniform(300, 60000, (2, hidden)) * rng.choice([-1.0, 1.0], (2, hidden))).astype(np.float16)
@@ -930,6 +941,35 @@ def test_higher_rank_and_strided_inputs(cp, rng):
     xo = flat[1:].reshape(5, 77)  # base pointer 2 bytes past an allocation
     np.testing.assert_array_equal(norm.layer_norm(xo, 77).get().view(np.uint16),
                                   norm.layer_norm(xo.copy(), 77).get().view(np.uint16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_rms_norm_default_eps_as_torch(cp, rng, dt):
+    """Rows of mean square ~1e-4, where eps decides the result (bfloat16's eps 7.8e-3 would change it 9x): eps=None
+    gives the bits of eps=finfo(float32).eps, the float64 reference with that eps, and torch's F.rms_norm default."""
+    hidden = 1024
+    x = rnd(rng.standard_normal((8, hidden)) * 1e-2, dt)
+    w = rnd(rng.standard_normal(hidden) * 0.5 + 1, dt)
+    y = norm.rms_norm(cp.asarray(x), (hidden,), cp.asarray(w))
+    np.testing.assert_array_equal(y.view(cp.uint8).get(),
+                                  norm.rms_norm(cp.asarray(x), (hidden,), cp.asarray(w), eps=E32).view(cp.uint8).get())
+    ref = ref_forward("rms", x, w, eps=E32)[0]
+    check_close("y", y.get(), ref, rnd(f32_forward("rms", x, w, eps=E32), dt), dt, hidden)
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        return
+    tdt = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16}.get(np.dtype(dt), torch.bfloat16)
+    tx = torch.tensor(x.astype(np.float32), device="cuda").to(tdt)
+    tw = torch.tensor(w.astype(np.float32), device="cuda").to(tdt)
+    ty = F.rms_norm(tx, (hidden,), tw).float().cpu().numpy()  # torch's eps=None
+    diff = float(np.abs(y.get().astype(np.float64) - ty).max())
+    print(f"rms_norm {dt} eps=None: max |cuflash - torch| {diff:.3g}")
+    assert diff <= 4 * _dtypes.eps(dt) * float(np.abs(ref).max()), diff
 
 
 # ------------------------------------------------------------------------------------------------------------

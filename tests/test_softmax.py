@@ -286,6 +286,36 @@ def test_every_switch_and_tail(dtype, rng):
         _compare_all(x64, dtype, x_dev=wide[:, 1:], ops=("softmax", "logsumexp"))
 
 
+@gpu
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES.values()), ids=list(ALL_DTYPES))
+def test_contiguous_views_starting_inside_a_slot(dtype, rng, cp):
+    """C-contiguous inputs whose first element is not on a 16-byte boundary (``flat[k:].reshape(...)``): the
+    softmax output, a fresh allocation, starts on one, so the kernels need the input copied; it was passed as it
+    was (``cupy.ascontiguousarray`` returns a C-contiguous view unchanged) and the kernels stored misaligned
+    vectors (cudaErrorMisalignedAddress, found by experiments/scratch/newuser_probe.py). Every path: warp, block,
+    the split, and the cluster / held rows on compute capability 9.0; one row and several; each start offset."""
+    import cuflash
+
+    vec = 16 // np.dtype(dtype).itemsize
+    long_row = 300_000 if np.dtype(dtype).itemsize == 4 else 600_000  # >= 1 MiB: cluster (C = 16) or split
+    for n in (1, 7, 100, 1024, 4097, 24576, 65537, long_row):
+        for rows in (1, 3):
+            x64 = rng.standard_normal((rows, n)) * 6
+            for off in sorted({1, vec // 2, vec - 1} - {0}):
+                flat = _to_device(np.concatenate([np.full(off, 7.0), x64.ravel(), np.full(3, -7.0)]), dtype)
+                xv = flat[off:off + rows * n].reshape(rows, n)
+                assert xv.flags.c_contiguous and xv.data.ptr % 16, (n, rows, off)
+                ops = ("softmax", "log_softmax", "logsumexp") if n < long_row or off == 1 else ("softmax",)
+                _compare_all(x64, dtype, x_dev=xv, ops=ops)
+                m, l = cuflash.online_softmax_state(xv, axis=-1)
+                m2, l2 = cuflash.online_softmax_state(xv.copy(), axis=-1)
+                np.testing.assert_allclose(m.get(), m2.get(), rtol=0, atol=0)
+                np.testing.assert_allclose(l.get(), l2.get(), rtol=2 * _dtypes.tolerance(l.dtype, n)[1])
+            if rows == 1:  # the 1-D form, axis None
+                flat = _to_device(np.concatenate([[1.0], x64[0]]), dtype)
+                _compare_all(x64[0], dtype, axis=None, x_dev=flat[1:], ops=("softmax",))
+
+
 FORCED = [("warp", None), ("block", {"threads": 512, "chunks": 1}), ("split", {"chunks": 5}),
           ("split", {"chunk_slots": 64}), ("split_regs", {"split": "registers", "chunks": 5}),
           ("stream", {"single_read": False}), ("stream", {"chunks": 7, "single_read": False})]
@@ -392,6 +422,8 @@ def test_axes_and_strides(dtype, rng, cp):
     xd = _to_device(x64, dtype)
     for axis in (0, 1, 2, -1, (0, 2), (1, 2), (0, 1, 2), None):
         _compare_all(x64, dtype, axis=axis, x_dev=xd)
+    for axis in (np.int64(1), np.array(2), np.array(-1)):  # NumPy integers and 0-d arrays, as scipy takes them
+        _compare_all(x64, dtype, axis=axis, x_dev=xd)
     # non-contiguous views: steps, reversed, transposed, a slice of the reduced axis
     for view, v64 in ((xd[:, ::2, :], x64[:, ::2, :]), (xd[::-1, :, ::-1], x64[::-1, :, ::-1]),
                       (xd.transpose(2, 0, 1), x64.transpose(2, 0, 1)), (xd[:, :, 3:30], x64[:, :, 3:30])):
@@ -456,6 +488,16 @@ def test_logsumexp_return_sign_and_weights(rng, cp):
             np.testing.assert_allclose(g.get(), w, rtol=1e-5, equal_nan=True)
     # negative sum without return_sign: NaN, as scipy
     assert np.isnan(cuflash.logsumexp(_to_device([1.0, 2.0], np.float32), b=cp.asarray([1.0, -1.0])).get())
+    # integer and bool weights with a bfloat16 a: float16's promotion, bfloat16 in its place (NumPy has no rule;
+    # int16 weights raised "no common dtype" before)
+    ab = _to_device(a, _dtypes.bfloat16)
+    for wdt, out_dt in ((np.int8, _dtypes.bfloat16), (np.bool_, _dtypes.bfloat16), (np.int16, np.float32),
+                        (np.int32, np.float64), (np.int64, np.float64)):
+        bw = (np.arange(45).reshape(5, 9) % 3).astype(wdt)
+        got = cuflash.logsumexp(ab, axis=-1, b=cp.asarray(bw))
+        assert got.dtype == np.dtype(out_dt), (wdt, got.dtype)
+        want = scipy.special.logsumexp(a.astype(_dtypes.bfloat16).astype(np.float64), axis=-1, b=bw.astype(np.float64))
+        np.testing.assert_allclose(got.get().astype(np.float64), want, rtol=8e-3, equal_nan=True)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -990,6 +1032,10 @@ def test_argument_errors_come_before_the_device():
         cuflash.lse_from_state((x, _device_free_array((4, 7))))
     with pytest.raises(TypeError, match="pair"):
         cuflash.lse_from_state(x)
+    with pytest.raises(TypeError, match="keepdims"):
+        cuflash.logsumexp(x, axis=-1, keepdims="no")
+    with pytest.raises(TypeError, match="return_sign"):
+        cuflash.logsumexp(x, axis=-1, b=2.0, return_sign=2)
 
 
 # ----------------------------------------------------------------------------------------------------------
