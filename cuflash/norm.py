@@ -24,10 +24,10 @@ and plain LayerNorm rows without weight and bias over up to four blocks.
   torch 2.11 on the H200, ``experiments/scratch/newuser_probe.py``). For 16-bit inputs it is not
   ``finfo(x.dtype).eps`` (bfloat16 7.8e-3, float16 9.8e-4), which changed rows of mean square 1e-4 by up to 9x.
 
-Subnormal numbers: CuPy compiles every kernel with ``-ftz=true``, so float32 intermediates below 1.2e-38 flush to
-zero: with ``eps=0`` a row whose values are all below ~1e-19 has a zero sum of squares (variance) and gives
-inf/NaN where a float64 reference (or torch, which keeps subnormals) gives finite values. Any ``eps`` above ~1e-37
-avoids it.
+Subnormal numbers: CuPy compiles every kernel with ``-ftz=true``, so float32 squares below 1.2e-38 (float32's
+smallest normal) flush to zero. Against any ``eps`` above ~1e-30 that is negligible, but with ``eps=0`` a row whose
+values (LayerNorm: deviations from the mean) are all below ~1e-19 has a zero variance and gives inf/NaN where a
+float64 reference (or torch, which keeps subnormals) gives finite values.
 
 Kernels: ``cuda_src/norm.cu`` (``norm_fwd``, ``norm_fwd_stream``, ``norm_fwd_cluster``, ``norm_bwd``,
 ``norm_bwd_stream``, ``norm_bwd_cluster``, ``reduce_parts``), ``cuda_src/cuflash/welford.cuh`` and
