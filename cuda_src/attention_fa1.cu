@@ -122,7 +122,9 @@ __global__ void __launch_bounds__(NT) fa1_step(
     if (!first && qi < seqlen_q) { mi = m_buf[row0 + qi]; li = l_buf[row0 + qi]; }
     const float mn = fmaxf(mi, mt);
     float alpha = 0.f, beta = 0.f, ln = 0.f;
-    if (mn != -INFINITY) {
+    if (isnan(lt) || isnan(li)) {          // a NaN score in this tile or an earlier one: out and lse NaN, as
+      alpha = beta = ln = lt + li;         // in the fused kernels (the tests below read NaN as an empty row)
+    } else if (mn != -INFINITY) {
       const float ea = (mi == -INFINITY) ? 0.f : expf(mi - mn);
       const float eb = (mt == -INFINITY) ? 0.f : expf(mt - mn);
       ln = ea * li + eb * lt;
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(NT) fa1_step(
     sAlpha[r] = alpha;
     sBeta[r] = beta;
     if (qi < seqlen_q) {                   // line 13: write mi, li back (or the lse on the last step)
-      if (last) lse[row0 + qi] = (ln > 0.f) ? mn + logf(ln) : -INFINITY;
+      if (last) lse[row0 + qi] = (ln > 0.f) ? mn + logf(ln) : isnan(ln) ? ln : -INFINITY;
       else { m_buf[row0 + qi] = mn; l_buf[row0 + qi] = ln; }
     }
   }

@@ -248,9 +248,8 @@ def standard_forward(p, return_lse: bool = True):
     vf[...] = to_float32(p.v)
     s = cupy.matmul(qf.reshape(B, Hkv, g * Sq, D), kf.transpose(0, 1, 3, 2))  # (B, Hkv, g*Sq, Sk), HBM
     del qf, kf
-    if p.window != (-1, -1):
-        s5 = s.reshape(B, Hkv, g, Sq, Sk)
-        s5 += _mask_bias(p)
+    if p.window != (-1, -1):  # masked scores set to -inf (an added -inf bias made inf scores NaN: inf + -inf)
+        cupy.copyto(s.reshape(B, Hkv, g, Sq, Sk), f32(-np.inf), where=cupy.isneginf(_mask_bias(p)))
     if return_lse:
         lse[...] = _logsumexp_last(s).reshape(B, Hq, Sq)
     pm = _softmax_last(s)                                                       # P, HBM

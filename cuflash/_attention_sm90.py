@@ -439,8 +439,11 @@ def forward(p, block_sizes=None, return_lse=True, pv_n=None, variant=None):
         if scale < 0:
             qq = (qq.view(cupy.uint16) ^ cupy.uint16(0x8000)).view(dt)  # -q, exactly
             scale = -scale
-        else:  # scale 0: every visible score is 0
-            qq, scale = cupy.zeros(qq.shape, dtype=dt), 1.0
+        else:  # scale 0: every visible score is 0, but NaN / inf in q or k still make it NaN (0 * inf), as
+            # (q @ k.T) * 0 does: q's finite entries become 0, its non-finite ones stay (exponent bits all ones)
+            b = qq.view(cupy.uint16)
+            e = cupy.uint16(0x7C00 if dt == np.float16 else 0x7F80)
+            qq, scale = cupy.where((b & e) == e, b, cupy.uint16(0)).view(dt), 1.0
     it = np.dtype(dt).itemsize
 
     def st(a):

@@ -139,15 +139,21 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         ``cuflash._attention_sm90``: warpgroup MMA, K/V by TMA, warp specialisation; cc 9.0 only).
     block_sizes : (Br, Bc) or (Br, Bc, warps) overriding the tuned tile choice of the fa2 kernel (fp16/bf16);
         ``"fa1"`` and ``"wgmma"`` take a pair of their own instantiated tiles; ``"standard"`` and the float32 path
-        ignore it. Ints only; a configuration that is not instantiated (``instantiated_tiles``) or does not fit
-        the device's shared memory raises ValueError naming it.
+        ignore it. Ints only; a configuration that is not instantiated or does not fit the device's shared memory
+        raises ValueError naming it and the instantiated ones (the fa2 list: ``instantiated_tiles(dtype,
+        head_dim)`` of the module ``cuflash.attention``, reached as ``sys.modules["cuflash.attention"]``, since
+        ``cuflash.attention`` is this function).
 
     Returns
     -------
     out : (batch, heads_q, seqlen_q, head_dim), contiguous, q's dtype; ``(out, lse)`` with ``return_lse``.
 
     Semantics: masked scores are -inf (no finite sentinel); a query row that sees no key outputs exactly 0 and its
-    lse is -inf. head_dim 32, 64, 96, 128, 256 run natively (the Hopper kernel: 64 and 128); any other head_dim <=
+    lse is -inf. Non-finite inputs propagate as IEEE arithmetic makes them, as in FlashAttention and torch SDPA, and
+    alike on every schedule: a NaN in q makes its row's out and lse NaN, a NaN or inf in k those of every row that
+    sees that key (a score of inf less a row max of inf is NaN); a NaN or inf in a row of v
+    reaches, through P·V with P = 0, the outputs of rows that cannot see that key when they share its K/V tile
+    (fully masked rows included: then not 0), so padding or a KV cache beyond the window must hold finite values. head_dim 32, 64, 96, 128, 256 run natively (the Hopper kernel: 64 and 128); any other head_dim <=
     256 is zero-padded to the next native one (the scale stays that of the original head_dim; zero columns change
     neither q·k nor the kept part of the output). float16 / bfloat16 run on tensor cores (mma.sync m16n8k16, or
     wgmma on the Hopper kernel; float32 accumulators; P is rounded to the input dtype before P·V, as in

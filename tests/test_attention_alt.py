@@ -287,3 +287,36 @@ def test_deterministic_forward(cp, rng, schedule):
         o, l = attention(q, k, v, schedule=schedule, return_lse=True)
         assert (o.view(cp.uint16) == o0.view(cp.uint16)).all()
         assert cp.array_equal(l, l0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nonfinite_inputs_alike_on_every_schedule(cp, rng, dtype):
+    """NaN / inf in q and k reach the same outputs and lse on every schedule (attention's docstring): a NaN in q
+    its row, a NaN or inf in k the rows that see that key, and no other row (masked ones included); with
+    softmax_scale=0 too. Found by experiments/scratch/newuser_attn_probe.py: fa1 turned NaN rows into 0 (its
+    `ln > 0` test read a NaN sum as an empty row) once a later K tile came, the standard schedule's added -inf
+    mask made masked inf scores NaN, and the Hopper kernel's zeroed q at scale 0 dropped NaN / inf."""
+    attention = _attention()
+    B, H, Sq, Sk, D = 1, 3, 150, 300, 64
+    q, k, v = (rng.standard_normal((B, H, s, D)).astype(np.float32) for s in (Sq, Sk, Sk))
+    q[0, 0, 7, :3] = np.nan         # head 0: row 7
+    k[0, 1, 200, 5] = np.nan        # head 1: the rows that see key 200 (causal: i >= 50)
+    k[0, 2, 250, :] = np.inf        # head 2: rows i >= 100 see key 250; +inf or -inf scores by q's signs
+    qd, kd, vd = (_to_dev(cp, a, dtype) for a in (q, k, v))
+    for scale in (None, 0.0):
+        res = {}
+        for sched in ("auto", "fa2", "fa1", "standard"):
+            o, l = attention(qd, kd, vd, causal=True, softmax_scale=scale, schedule=sched, return_lse=True)
+            res[sched] = (o.get().astype(np.float32), l.get())
+        o0, l0 = res["fa2"]
+        assert np.isnan(o0[0, 0, 7]).all() and np.isfinite(np.delete(o0[0, 0], 7, axis=0)).all()
+        assert np.isfinite(o0[0, 1, :50]).all() and np.isfinite(o0[0, 2, :100]).all(), scale
+        if scale is None:
+            assert np.isnan(o0[0, 1, 50:]).all()
+        for sched, (o, l) in res.items():
+            where = np.argwhere(np.isnan(o) != np.isnan(o0))[:3]
+            assert np.array_equal(np.isnan(o), np.isnan(o0)), (sched, scale, where)
+            assert np.array_equal(np.isnan(l), np.isnan(l0)), (sched, scale)
+            fin = np.isfinite(o0)
+            assert np.allclose(o[fin], o0[fin], atol=3e-2), (sched, scale)
