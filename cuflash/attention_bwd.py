@@ -311,9 +311,10 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=N
         float32, any strides; heads_q % heads_kv == 0 (GQA / MQA).
     out : (batch, heads_q, seqlen_q, head_dim), the forward's output (q's dtype).
     lse : (batch, heads_q, seqlen_q) float32 (float64 / float16 / bfloat16 are converted), the forward's natural-log
-        logsumexp of the scaled, masked scores; -inf for a row that sees no key (its gradients are 0 when v and
-        dout are finite: a NaN or inf in v reaches dP = dO·Vᵀ and so dq of every row sharing that key's tile, masked
-        or not, as in the forward).
+        logsumexp of the scaled, masked scores; -inf for a row that sees no key (its gradients are 0 when k and
+        v are finite: a NaN or inf in a row of k or v reaches dq of every query row sharing that key's tile, masked
+        or not, through dS = 0 times K and dP = dO·Vᵀ, as NaN in v reaches out in the forward; FlashAttention's
+        kernels do the same).
     causal, softmax_scale, window_size : exactly as given to the forward (bottom-right aligned mask; the scale
         defaults to 1/sqrt(head_dim)).
     deterministic : False (default): dQ is summed over K tiles with float32 atomicAdd, whose order varies, so
