@@ -21,47 +21,10 @@ Traffic of the tensor-core path per (batch, head): K, V read once; Q, dO read on
 (2·ceil(Sk/64)·Sq·d elements); dK, dV written once; dQ: Sq·d float32 atomics per K tile (default) or Q, dO,
 K, V re-read by the dQ kernel (deterministic).
 
-Using it from PyTorch without copies (DLPack views both ways; bfloat16 crosses as a 16-bit integer view, which
-every DLPack version carries; the kernels run on torch's current stream)::
-
-    import cupy, torch, cuflash
-
-    def to_cupy(t):
-        t = t.detach()
-        if t.dtype == torch.bfloat16:
-            return cupy.from_dlpack(t.view(torch.int16)).view(cupy.uint16).view(cuflash.bfloat16)
-        return cupy.from_dlpack(t)
-
-    def to_torch(a):
-        if a.dtype == cuflash.bfloat16:
-            return torch.from_dlpack(a.view(cupy.int16)).view(torch.bfloat16)
-        return torch.from_dlpack(a)
-
-    class FlashAttention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, causal=False, softmax_scale=None):
-            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-                out, lse = cuflash.attention(to_cupy(q), to_cupy(k), to_cupy(v), causal=causal,
-                                             softmax_scale=softmax_scale, return_lse=True)
-            out, lse = to_torch(out), to_torch(lse)
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.args = (causal, softmax_scale)
-            return out
-
-        @staticmethod
-        def backward(ctx, dout):
-            q, k, v, out, lse = ctx.saved_tensors
-            causal, softmax_scale = ctx.args
-            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-                dq, dk, dv = cuflash.attention_backward(
-                    *(to_cupy(t) for t in (dout, q, k, v, out, lse)), causal=causal, softmax_scale=softmax_scale)
-            return to_torch(dq), to_torch(dk), to_torch(dv), None, None
-
-    q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    FlashAttention.apply(q, k, v, True).sum().backward()   # q.grad, k.grad, v.grad
-
-(The runnable version is ``experiments/torch_autograd_example.py``.)
+Using it from PyTorch without copies: ``experiments/torch_autograd_example.py`` (shown in README's API tour) wraps
+the forward and this backward in a ``torch.autograd.Function`` through DLPack views both ways (bfloat16 crosses as a
+16-bit integer view, which every DLPack version carries; the kernels run on torch's current stream), with
+``causal``, ``softmax_scale`` and ``window_size``, and checks itself against torch SDPA in float64.
 """
 from __future__ import annotations
 
