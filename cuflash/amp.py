@@ -71,12 +71,18 @@ _TABLES_MAX = 64
 
 
 def _table(group):
-    """Device int64 table [ptrs | sizes | offsets] for a list of arrays (cached: same list -> no copy)."""
+    """Device int64 table [ptrs | sizes | offsets] for a list of arrays (cached: same list -> no copy).
+
+    The table's copy runs on the stream current when it was made; a later launch from the cache, on any stream,
+    first makes its stream wait for that copy's event (no host synchronisation), and a table dropped from the
+    cache waits for its copy before its pinned staging buffer is freed (it could otherwise be handed to the next
+    table while the copy still reads it)."""
     cupy = _cupy()
     key = (cupy.cuda.runtime.getDevice(),) + tuple((g.data.ptr, g.size) for g in group)
     t = _TABLES.get(key)
     if t is not None:
         _TABLES.move_to_end(key)
+        cupy.cuda.get_current_stream().wait_event(t[2])
         return t[0]
     sizes = np.array([g.size for g in group], dtype=np.int64)
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -87,11 +93,24 @@ def _table(group):
     pinned = cupyx.empty_pinned(host.shape, dtype=np.int64)
     pinned[...] = host
     dev_t = cupy.empty(host.shape, dtype=np.int64)
-    dev_t.set(pinned, stream=cupy.cuda.get_current_stream())
-    _TABLES[key] = (dev_t, pinned)  # the pinned buffer lives as long as the table (copy may be in flight)
+    stream = cupy.cuda.get_current_stream()
+    dev_t.set(pinned, stream=stream)
+    copied = cupy.cuda.Event(block=False, disable_timing=True)
+    copied.record(stream)
+    _TABLES[key] = (dev_t, pinned, copied)  # the pinned buffer lives until its copy is done (copied)
     if len(_TABLES) > _TABLES_MAX:
-        _TABLES.popitem(last=False)
+        _TABLES.popitem(last=False)[1][2].synchronize()  # the oldest table's copy: long done in a loop
     return dev_t
+
+
+def _no_overlap(named):
+    """ValueError when two of the (name, C-contiguous array) pairs share memory: the kernels update each element
+    from one thread and take their pointers as ``__restrict__`` (the same array twice was scaled twice, or its
+    update lost)."""
+    spans = sorted((a.data.ptr, a.data.ptr + a.nbytes, name) for name, a in named if a.size)
+    for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
+        if s1 < e0:
+            raise ValueError(f"{n0} and {n1} share memory; every array must be a separate buffer")
 
 
 def _check_grad_list(grads, what="grads"):
@@ -133,7 +152,7 @@ def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
         any launch (``inv_scale`` not a real number or ``write`` not a bool: TypeError).
     """
     cupy = _cupy()
-    inv = np.float32(as_float(inv_scale, "inv_scale"))
+    inv = np.float32(_inv_scale(inv_scale))
     write = as_bool(write, "write")
     grads = _check_grad_list(grads)
     if found_inf is None:
@@ -143,6 +162,7 @@ def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
         if found_inf.dtype != np.int32 or found_inf.size != 1:
             raise ValueError(f"found_inf must be a 1-element int32 CuPy array, got {found_inf.dtype} "
                              f"shape {found_inf.shape}")
+    _no_overlap([(f"grads[{i}]", g) for i, g in enumerate(grads)])
     groups: dict = {}
     for g in grads:
         if g.size:
@@ -192,6 +212,7 @@ def _check_param_set(master, grad, states, model):
     for name, a in [("master", master)] + arrays:
         if a.size and not a.flags.c_contiguous:
             raise ValueError(f"{name} (shape {a.shape}) must be C-contiguous")
+    _no_overlap([("master", master)] + arrays)
 
 
 def _skip_arg(found_inf):
@@ -201,6 +222,26 @@ def _skip_arg(found_inf):
     if found_inf.dtype != np.int32 or found_inf.size != 1:
         raise ValueError(f"found_inf must be a 1-element int32 CuPy array, got {found_inf.dtype} {found_inf.shape}")
     return found_inf
+
+
+def _real(v, what: str) -> float:
+    """A real number (bools and strings excluded) as a Python float; TypeError naming ``what`` otherwise."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} must be a real number, got {type(v).__name__}")
+    return float(v)
+
+
+_F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126, float32's smallest normal
+
+
+def _inv_scale(v) -> float:
+    """``inv_scale`` as a float: finite in float32 (as_float), and 0 or at least float32's smallest normal: the
+    kernels run with CuPy's -ftz=true, which would read a subnormal one as 0 and zero every gradient."""
+    f = as_float(v, "inv_scale")
+    if f != 0 and abs(f) < _F32_TINY:
+        raise ValueError(f"inv_scale {f} is below float32's smallest normal number ({_F32_TINY:.3g}): the kernels "
+                         "flush it to 0 (a loss scale above 2^126)")
+    return f
 
 
 def _hyper(v, what: str, lo: float | None = 0.0, below: float | None = None) -> float:
@@ -227,9 +268,11 @@ def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.
     The float32 master copy of Micikevicius et al. 2018 (Sec. 3.1); momentum and Nesterov as
     ``torch.optim.SGD`` (after Sutskever et al. 2013).
 
-    ``g = grad*inv_scale + weight_decay*master``; ``buf = g`` on the first step, else
-    ``buf = momentum*buf + (1-dampening)*g``; ``g = g + momentum*buf`` (Nesterov) or ``buf``;
-    ``master -= lr*g``; ``model = round(master)`` (float16/bfloat16/float32 copy, same pass).
+    ``g = grad*inv_scale + weight_decay*master``; with ``momentum`` nonzero (as float32): ``buf = g`` on the first
+    step, else ``buf = momentum*buf + (1-dampening)*g``, and ``g = g + momentum*buf`` (Nesterov) or ``buf``
+    (momentum 0: plain SGD, ``momentum_buf`` neither read nor written); ``master -= lr*g``;
+    ``model = round(master)`` (float16/bfloat16/float32 copy, same pass). ``first_step`` must stay True until a
+    step has been applied: a step skipped on the device (``found_inf``) writes nothing, the buffer included.
 
     Shapes: all arrays the same shape, C-contiguous. Dtypes: master and momentum_buf float32; grad
     float32/float16/bfloat16; model (optional) float16/bfloat16/float32. ``found_inf`` (optional 1-element int32
@@ -247,7 +290,7 @@ def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.
     """
     lr, momentum = _hyper(lr, "lr"), _hyper(momentum, "momentum")
     dampening, weight_decay = _hyper(dampening, "dampening", None), _hyper(weight_decay, "weight_decay")
-    inv_scale = _hyper(inv_scale, "inv_scale", None)
+    inv_scale = _inv_scale(inv_scale)
     nesterov, first_step = as_bool(nesterov, "nesterov"), as_bool(first_step, "first_step")
     if nesterov and (momentum <= 0 or dampening != 0):
         raise ValueError("Nesterov momentum requires momentum > 0 and dampening == 0")
@@ -302,7 +345,7 @@ def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas
     bc1, bc2s = adamw_bias_corrections(step, betas)  # (validates step and betas)
     b1, b2 = float(betas[0]), float(betas[1])
     lr, eps, weight_decay = _hyper(lr, "lr"), _hyper(eps, "eps"), _hyper(weight_decay, "weight_decay")
-    inv_scale = _hyper(inv_scale, "inv_scale", None)
+    inv_scale = _inv_scale(inv_scale)
     _check_param_set(master, grad, [("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)], model)
     skip = _skip_arg(found_inf)
     if master.size == 0:
@@ -325,40 +368,71 @@ class DynamicLossScaler:
 
     ``scale`` starts at ``init_scale`` (2^16). After a step whose gradients held an inf/NaN the step is skipped
     and ``scale *= backoff_factor`` (0.5); after ``growth_interval`` (2000) consecutive clean steps
-    ``scale *= growth_factor`` (2). ``min_scale``/``max_scale`` clamp it (default: no clamp).
+    ``scale *= growth_factor`` (2), unless that would pass 2^126 (torch stops where float32 overflows, 2^128;
+    here 1/scale must stay a normal float32, which the kernels, compiled with flush-to-zero, would read as 0).
+    ``min_scale``/``max_scale`` clamp it, ``init_scale`` included (default: no clamp).
 
-    Typical loop::
+    Typical loop (read ``inv_scale`` for this step's gradients before :meth:`update`, which may change it)::
 
         loss = forward(...) * scaler.scale          # or scaler.scale_loss(loss)
         grads = backward(...)
-        found = scaler.unscale_(grads)              # one launch, no sync  (or pass scaler.inv_scale to a
-        if scaler.update(found):                    #  fused step and call check_finite instead)
-            optimizer_step(grads)                   # update() syncs once and returns True if the step is clean
+        found = scaler.unscale_(grads)              # one launch, no sync
+        if scaler.update(found):                    # update() syncs once and returns True if the step is clean
+            optimizer_step(grads)
+
+        # or, with a fused step that unscales in float32 (the form to use with float16 gradients: unscale_
+        # writes the unscaled values back in the gradients' dtype, where float16 loses those below 6.1e-5
+        # (below ~6e-8 they become 0), what the loss scale was for):
+        inv = scaler.inv_scale                      # this step's
+        found = scaler.check(grads)
+        adamw_step(master, grads, m, v, model, lr=lr, step=t, inv_scale=inv, found_inf=found)  # skipped on device
+        if scaler.update(found):                    # the flag is read here; count the step only when clean
+            t += 1
 
     ``history`` holds one ``(scale_used, overflow)`` tuple per :meth:`update`.
 
-    Raises ValueError (at construction) when ``init_scale`` is not positive and finite, ``growth_factor <= 1``,
-    ``backoff_factor`` is outside (0, 1) or ``growth_interval < 1``.
+    Raises TypeError (at construction) for an argument that is not a real number (``growth_interval``: an
+    integer), ValueError when ``init_scale``, ``min_scale`` or ``max_scale`` is not positive and finite,
+    ``min_scale > max_scale``, ``growth_factor`` is not finite and > 1, ``backoff_factor`` is outside (0, 1) or
+    ``growth_interval < 1``.
     """
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  min_scale=None, max_scale=None):
-        if not init_scale > 0 or not math.isfinite(init_scale):
-            raise ValueError(f"init_scale must be a positive finite number, got {init_scale}")
-        if not growth_factor > 1.0:
-            raise ValueError(f"growth_factor must be > 1, got {growth_factor}")
+        def positive(v, what):
+            f = _real(v, what)
+            if not (f > 0 and math.isfinite(f)):
+                raise ValueError(f"{what} must be a positive finite number, got {v}")
+            return f
+
+        init_scale = positive(init_scale, "init_scale")
+        growth_factor, backoff_factor = _real(growth_factor, "growth_factor"), _real(backoff_factor, "backoff_factor")
+        if not (growth_factor > 1.0 and math.isfinite(growth_factor)):
+            raise ValueError(f"growth_factor must be finite and > 1, got {growth_factor}")
         if not 0.0 < backoff_factor < 1.0:
             raise ValueError(f"backoff_factor must be in (0, 1), got {backoff_factor}")
-        if int(growth_interval) < 1:
+        growth_interval = as_int(growth_interval, "growth_interval")
+        if growth_interval < 1:
             raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
-        self.scale = float(init_scale)
-        self.growth_factor = float(growth_factor)
-        self.backoff_factor = float(backoff_factor)
-        self.growth_interval = int(growth_interval)
-        self.min_scale = min_scale
-        self.max_scale = max_scale
+        self.min_scale = None if min_scale is None else positive(min_scale, "min_scale")
+        self.max_scale = None if max_scale is None else positive(max_scale, "max_scale")
+        if self.min_scale is not None and self.max_scale is not None and self.min_scale > self.max_scale:
+            raise ValueError(f"min_scale ({self.min_scale}) must not exceed max_scale ({self.max_scale})")
+        self.scale = self._clamp(init_scale)
+        self.growth_factor = growth_factor
+        self.backoff_factor = backoff_factor
+        self.growth_interval = growth_interval
         self.growth_tracker = 0
         self.history: list[tuple[float, bool]] = []
+
+    MAX_SCALE = 2.0 ** 126  # growth stops here: 1 / scale stays a normal float32 (flush-to-zero kernels)
+
+    def _clamp(self, s: float) -> float:
+        if self.min_scale is not None:
+            s = max(s, self.min_scale)
+        if self.max_scale is not None:
+            s = min(s, self.max_scale)
+        return s
 
     @property
     def inv_scale(self) -> float:
@@ -378,10 +452,13 @@ class DynamicLossScaler:
     def update(self, found_inf) -> bool:
         """Apply the policy for one step; returns True when the step is clean (apply it), False to skip.
 
-        ``found_inf``: the device flag from :meth:`unscale_` (read here: the step's one host sync), or a
-        Python bool/int.
+        ``found_inf``: the device flag from :meth:`unscale_` (read here: the step's one host sync; any one-element
+        shape), or a Python bool/int.
         """
-        overflow = bool(int(found_inf.get()) if hasattr(found_inf, "get") else int(found_inf))
+        flag = np.asarray(found_inf.get()) if hasattr(found_inf, "get") else np.asarray(found_inf)
+        if flag.size != 1:
+            raise ValueError(f"found_inf must hold one element, got shape {flag.shape}")
+        overflow = bool(int(flag.reshape(-1)[0]))
         self.history.append((self.scale, overflow))
         if overflow:
             self.scale *= self.backoff_factor
@@ -389,17 +466,22 @@ class DynamicLossScaler:
         else:
             self.growth_tracker += 1
             if self.growth_tracker >= self.growth_interval:
-                self.scale *= self.growth_factor
+                grown = self.scale * self.growth_factor
+                if grown <= self.MAX_SCALE:  # torch: only while the float32 scale stays finite
+                    self.scale = grown
                 self.growth_tracker = 0
-        if self.min_scale is not None:
-            self.scale = max(self.scale, float(self.min_scale))
-        if self.max_scale is not None:
-            self.scale = min(self.scale, float(self.max_scale))
+        self.scale = self._clamp(self.scale)
         return not overflow
 
     def state_dict(self) -> dict:
-        return {"scale": self.scale, "growth_tracker": self.growth_tracker}
+        """The policy's state and settings (as torch.amp.GradScaler's: scale, factors, interval, tracker)."""
+        return {"scale": self.scale, "growth_factor": self.growth_factor, "backoff_factor": self.backoff_factor,
+                "growth_interval": self.growth_interval, "growth_tracker": self.growth_tracker}
 
     def load_state_dict(self, d: dict) -> None:
+        """Restore :meth:`state_dict` (an older dict with only ``scale`` and ``growth_tracker`` keeps the rest)."""
         self.scale = float(d["scale"])
         self.growth_tracker = int(d["growth_tracker"])
+        self.growth_factor = float(d.get("growth_factor", self.growth_factor))
+        self.backoff_factor = float(d.get("backoff_factor", self.backoff_factor))
+        self.growth_interval = int(d.get("growth_interval", self.growth_interval))

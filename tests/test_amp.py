@@ -67,6 +67,49 @@ def test_scaler_rejects_bad_parameters(kw):
         amp.DynamicLossScaler(**kw)
 
 
+@pytest.mark.parametrize("kw,exc", [
+    (dict(growth_interval="10"), TypeError), (dict(growth_interval=2.5), TypeError),
+    (dict(growth_interval=True), TypeError), (dict(init_scale="1"), TypeError), (dict(growth_factor=None), TypeError),
+    (dict(growth_factor=float("inf")), ValueError), (dict(min_scale=float("nan")), ValueError),
+    (dict(max_scale=0.0), ValueError), (dict(min_scale=4.0, max_scale=2.0), ValueError)])
+def test_scaler_arguments_named_in_errors(kw, exc):
+    with pytest.raises(exc, match=next(iter(kw))):
+        amp.DynamicLossScaler(**kw)
+
+
+def test_scaler_clamps_init_scale_and_takes_one_element_flags():
+    assert amp.DynamicLossScaler(init_scale=2.0 ** 20, max_scale=2.0 ** 10).scale == 2.0 ** 10
+    assert amp.DynamicLossScaler(init_scale=1.0, min_scale=8.0).scale == 8.0
+
+    class Flag:  # a device flag of shape (1,) or (1, 1), as unscale_and_check accepts for found_inf
+        def __init__(self, v, shape):
+            self.v = np.full(shape, v, np.int32)
+
+        def get(self):
+            return self.v
+
+    s = amp.DynamicLossScaler(init_scale=4.0, growth_interval=10)
+    assert s.update(Flag(0, (1,))) and not s.update(Flag(1, (1, 1))) and s.scale == 2.0
+    assert not s.update(np.array([1])) and s.scale == 1.0
+    with pytest.raises(ValueError, match="one element"):
+        s.update(np.zeros(2, np.int32))
+
+
+def test_scaler_growth_stops_where_inv_scale_stays_normal():
+    """torch stops growing where the float32 scale would overflow; here at 2^126, so that 1 / scale stays a normal
+    float32 (the kernels flush subnormals, and a subnormal inv_scale would zero every gradient silently)."""
+    s = amp.DynamicLossScaler(init_scale=2.0 ** 125, growth_interval=1)
+    for _ in range(3):
+        assert s.update(0)
+    assert s.scale == 2.0 ** 126 and np.float32(s.inv_scale) == np.finfo(np.float32).tiny
+    with pytest.raises(ValueError, match="smallest normal"):
+        amp.unscale_and_check([], 1e-39)
+    with pytest.raises(ValueError, match="smallest normal"):
+        amp.sgd_momentum_step(None, None, None, lr=0.1, inv_scale=2.0 ** -127)
+    with pytest.raises(ValueError, match="smallest normal"):
+        amp.adamw_step(None, None, None, None, lr=0.1, step=1, inv_scale=-1e-40)
+
+
 def test_scaler_state_dict_roundtrip():
     s = amp.DynamicLossScaler(growth_interval=5)
     s.update(0)
@@ -75,6 +118,9 @@ def test_scaler_state_dict_roundtrip():
     t = amp.DynamicLossScaler(growth_interval=5)
     t.load_state_dict(s.state_dict())
     assert (t.scale, t.growth_tracker) == (s.scale, s.growth_tracker) == (32768.0, 1)
+    u = amp.DynamicLossScaler()  # the settings travel too (as torch.amp.GradScaler's state_dict)
+    u.load_state_dict(s.state_dict())
+    assert (u.growth_interval, u.growth_factor, u.backoff_factor) == (5, 2.0, 0.5)
 
 
 def test_bias_corrections():
@@ -331,6 +377,48 @@ def test_optimizer_rejects_bad_input(cp):
         amp.adamw_step(m, m, m.astype(np.float16), m, lr=0.1, step=1)
     with pytest.raises(ValueError):
         amp.adamw_step(m, m, m, m, lr=0.1, step=0)
+
+
+@pytest.mark.gpu
+def test_shared_memory_between_arrays_is_rejected(cp):
+    """Every array must be its own buffer: the kernels update each element from one thread and take __restrict__
+    pointers, so the same gradient twice was scaled twice, and a buffer passed as two states lost one update."""
+    g = cp.ones(64, np.float32)
+    with pytest.raises(ValueError, match="share memory"):
+        amp.unscale_and_check([g, g], 0.5)
+    with pytest.raises(ValueError, match="share memory"):
+        amp.unscale_and_check([g[:40], g[32:]], 0.5)  # overlapping views
+    amp.unscale_and_check([g[:32], g[32:]], 0.5)  # adjacent, disjoint: fine
+    m = cp.zeros(8, np.float32)
+    with pytest.raises(ValueError, match="share memory"):
+        amp.sgd_momentum_step(m, cp.ones(8, np.float32), m, lr=0.1)
+    with pytest.raises(ValueError, match="share memory"):
+        st = cp.zeros(8, np.float32)
+        amp.adamw_step(m, cp.ones(8, np.float32), st, st, lr=0.1, step=1)
+
+
+@pytest.mark.gpu
+def test_unscale_table_on_another_stream(cp):
+    """A cached pointer table used from another stream waits for its copy (an event, no host sync); many lists
+    (more than the cache holds) on a busy stream all come out scaled once."""
+    lists = [[cp.full(n, 2.0 ** (i % 7), np.float32) for n in (3, 1000 + i)] for i in range(amp._TABLES_MAX + 16)]
+    busy = cp.cuda.Stream(non_blocking=True)
+    other = cp.cuda.Stream(non_blocking=True)
+    big = cp.ones((4096, 4096), np.float32)
+    cp.cuda.Device().synchronize()  # the inputs, made on the legacy stream, before the non-blocking ones start
+    with busy:
+        for _ in range(4):
+            big = big @ big * np.float32(1e-3)  # keep the stream busy while the tables are made
+        for lst in lists:
+            amp.unscale_and_check(lst, 0.5)
+    with other:
+        for lst in lists[-8:]:  # cached tables from the busy stream
+            amp.unscale_and_check(lst, 0.5)
+    cp.cuda.Device().synchronize()
+    for i, lst in enumerate(lists):
+        want = 2.0 ** (i % 7) * (0.25 if i >= len(lists) - 8 else 0.5)
+        for a in lst:
+            assert bool((a == want).all()), (i, float(a[0]), want)
 
 
 @pytest.mark.gpu
