@@ -136,7 +136,9 @@ def unscale_and_check(grads, inv_scale, found_inf=None, *, write: bool = True):
     Parameters
     ----------
     grads : CuPy array or list of CuPy arrays, C-contiguous, float32/float16/bfloat16, any shapes.
-    inv_scale : float, 1/loss_scale (passed to the kernel as float32).
+    inv_scale : float, 1/loss_scale (passed to the kernel as float32; 0, or at least float32's smallest normal
+        number 1.2e-38: the kernels, compiled with flush-to-zero as CuPy compiles every kernel, read a subnormal
+        one as 0, and likewise flush subnormal gradients and products to 0).
     found_inf : optional 0-d (or 1-element) int32 CuPy array to OR the result into (as torch's
         ``_amp_foreach_non_finite_check_and_unscale_``); a fresh zero flag otherwise.
     write : False checks only (no stores), e.g. when the fused optimizer step unscales.
@@ -213,6 +215,16 @@ def _check_param_set(master, grad, states, model):
         if a.size and not a.flags.c_contiguous:
             raise ValueError(f"{name} (shape {a.shape}) must be C-contiguous")
     _no_overlap([("master", master)] + arrays)
+
+
+def _model_arg(master, model):
+    """``model`` as the kernels take it: None when it is the master array itself (a float32 model trained without a
+    separate copy), which the kernels would otherwise write through two restrict pointers."""
+    cupy = _cupy()
+    if isinstance(model, cupy.ndarray) and isinstance(master, cupy.ndarray) and model.data.ptr == master.data.ptr \
+            and model.dtype == master.dtype and model.shape == master.shape and model.strides == master.strides:
+        return None
+    return model
 
 
 def _skip_arg(found_inf):
@@ -292,8 +304,9 @@ def sgd_momentum_step(master, grad, momentum_buf, model=None, *, lr, momentum=0.
     dampening, weight_decay = _hyper(dampening, "dampening", None), _hyper(weight_decay, "weight_decay")
     inv_scale = _inv_scale(inv_scale)
     nesterov, first_step = as_bool(nesterov, "nesterov"), as_bool(first_step, "first_step")
-    if nesterov and (momentum <= 0 or dampening != 0):
+    if nesterov and (np.float32(momentum) <= 0 or dampening != 0):  # the kernel sees momentum as float32
         raise ValueError("Nesterov momentum requires momentum > 0 and dampening == 0")
+    model = _model_arg(master, model)
     _check_param_set(master, grad, [("momentum_buf", momentum_buf)], model)
     skip = _skip_arg(found_inf)
     if master.size == 0:
@@ -346,6 +359,7 @@ def adamw_step(master, grad, exp_avg, exp_avg_sq, model=None, *, lr, step, betas
     b1, b2 = float(betas[0]), float(betas[1])
     lr, eps, weight_decay = _hyper(lr, "lr"), _hyper(eps, "eps"), _hyper(weight_decay, "weight_decay")
     inv_scale = _inv_scale(inv_scale)
+    model = _model_arg(master, model)
     _check_param_set(master, grad, [("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)], model)
     skip = _skip_arg(found_inf)
     if master.size == 0:
@@ -453,9 +467,14 @@ class DynamicLossScaler:
         """Apply the policy for one step; returns True when the step is clean (apply it), False to skip.
 
         ``found_inf``: the device flag from :meth:`unscale_` (read here: the step's one host sync; any one-element
-        shape), or a Python bool/int.
+        shape; a torch tensor too), or a Python bool/int.
         """
-        flag = np.asarray(found_inf.get()) if hasattr(found_inf, "get") else np.asarray(found_inf)
+        if hasattr(found_inf, "get"):  # CuPy
+            flag = np.asarray(found_inf.get())
+        elif hasattr(found_inf, "cpu"):  # a torch tensor (e.g. a GradScaler's found_inf)
+            flag = np.asarray(found_inf.cpu())
+        else:
+            flag = np.asarray(found_inf)
         if flag.size != 1:
             raise ValueError(f"found_inf must hold one element, got shape {flag.shape}")
         overflow = bool(int(flag.reshape(-1)[0]))

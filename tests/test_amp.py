@@ -94,6 +94,12 @@ def test_scaler_clamps_init_scale_and_takes_one_element_flags():
     with pytest.raises(ValueError, match="one element"):
         s.update(np.zeros(2, np.int32))
 
+    class TorchLike:  # a tensor on the device: no .get(), .cpu() gives host data
+        def cpu(self):
+            return np.ones((1,), np.int32)
+
+    assert not s.update(TorchLike()) and s.scale == 0.5
+
 
 def test_scaler_growth_stops_where_inv_scale_stays_normal():
     """torch stops growing where the float32 scale would overflow; here at 2^126, so that 1 / scale stays a normal
@@ -392,6 +398,10 @@ def test_shared_memory_between_arrays_is_rejected(cp):
     m = cp.zeros(8, np.float32)
     with pytest.raises(ValueError, match="share memory"):
         amp.sgd_momentum_step(m, cp.ones(8, np.float32), m, lr=0.1)
+    # the master itself as the float32 model (no separate copy) is the one sharing allowed: as model=None
+    g, buf = cp.ones(8, np.float32), cp.zeros(8, np.float32)
+    amp.sgd_momentum_step(m, g, buf, m, lr=0.1, first_step=True)
+    assert bool((m == -0.1).all())
     with pytest.raises(ValueError, match="share memory"):
         st = cp.zeros(8, np.float32)
         amp.adamw_step(m, cp.ones(8, np.float32), st, st, lr=0.1, step=1)
