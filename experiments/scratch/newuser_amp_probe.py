@@ -33,7 +33,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 import zlib
 
 T0 = time.time()
@@ -69,30 +68,12 @@ U32 = 2.0 ** -24
 BIG = (1 << 20) + 3  # > 2^20 elements
 
 
+from _probe_harness import Fail, Skip, exc_text  # noqa: E402  (experiments/scratch)
+
 # ------------------------------------------------------------------------------------------------------------
 # harness (as experiments/scratch/newuser_probe.py)
-class Fail(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def _where(e):
-    out = []
-    for fr in traceback.extract_tb(e.__traceback__):
-        fn = fr.filename.replace("\\", "/")
-        if fn.endswith("newuser_amp_probe.py") or "/cuflash/" in fn:
-            out.append(f"{fn.split('/')[-2] + '/' if '/cuflash/' in fn else ''}{fn.split('/')[-1]}:{fr.lineno}")
-    return " <- ".join(reversed(out[-3:]))
-
-
 def _exc_text(e):
-    msg = " ".join(str(e).split())
-    if len(msg) > 400:
-        msg = msg[:400] + "..."
-    return f"{type(e).__name__}: {msg} (at {_where(e)})"
+    return exc_text(e, __file__)
 
 
 class Check:

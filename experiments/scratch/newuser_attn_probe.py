@@ -37,7 +37,6 @@ import sys
 import textwrap
 import threading
 import time
-import traceback
 import warnings
 import zlib
 from pathlib import Path
@@ -82,35 +81,16 @@ FLOOR = 1e-6
 SCHEDULES = ("auto", "fa2", "fa1", "standard")
 
 
+from _probe_harness import Fail, Skip, exc_text  # noqa: E402  (experiments/scratch)
+
 # ------------------------------------------------------------------------------------------------------------
 # harness (the style of experiments/scratch/newuser_probe.py)
-class Fail(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
 class OutOfTime(Exception):
     pass
 
 
-def _where(e):
-    """The innermost frames of this script and of cuflash in a traceback, as 'file:line'."""
-    out = []
-    for fr in traceback.extract_tb(e.__traceback__):
-        fn = fr.filename.replace("\\", "/")
-        if fn.endswith("newuser_attn_probe.py") or "/cuflash/" in fn:
-            out.append(f"{fn.split('/')[-2] + '/' if '/cuflash/' in fn else ''}{fn.split('/')[-1]}:{fr.lineno}")
-    return " <- ".join(reversed(out[-3:]))
-
-
 def _exc_text(e):
-    msg = " ".join(str(e).split())
-    if len(msg) > 400:
-        msg = msg[:400] + "..."
-    return f"{type(e).__name__}: {msg} (at {_where(e)})"
+    return exc_text(e, __file__)
 
 
 class Check:

@@ -22,7 +22,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 import zlib
 
 T0 = time.time()
@@ -57,31 +56,12 @@ SM_DTYPES = (F32, F16, BF16, F64)
 U32 = 2.0 ** -24  # float32 unit roundoff (the kernels accumulate in float32; float64 input in float64)
 
 
+from _probe_harness import Fail, Skip, exc_text  # noqa: E402  (experiments/scratch)
+
 # ------------------------------------------------------------------------------------------------------------
 # harness
-class Fail(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def _where(e):
-    """The innermost frames of this script and of cuflash in a traceback, as 'file:line'."""
-    out = []
-    for fr in traceback.extract_tb(e.__traceback__):
-        fn = fr.filename.replace("\\", "/")
-        if fn.endswith("newuser_probe.py") or "/cuflash/" in fn:
-            out.append(f"{fn.split('/')[-2] + '/' if '/cuflash/' in fn else ''}{fn.split('/')[-1]}:{fr.lineno}")
-    return " <- ".join(reversed(out[-3:]))
-
-
 def _exc_text(e):
-    msg = " ".join(str(e).split())
-    if len(msg) > 400:
-        msg = msg[:400] + "..."
-    return f"{type(e).__name__}: {msg} (at {_where(e)})"
+    return exc_text(e, __file__)
 
 
 class Check:
