@@ -188,18 +188,25 @@ def strides_elems(a) -> tuple[int, int, int]:
     return s[0] // it, s[1] // it, s[2] // it
 
 
-def last_axis_contiguous(a):
-    """``a`` itself when its last axis is unit-stride and 16-byte aligned rows allow vector loads, else a copy."""
+def aligned_contiguous(a, align: int = 16):
+    """``a`` as a C-contiguous array whose data starts ``align``-byte aligned: ``a`` itself when it is one, else a
+    copy (a fresh allocation is 256-byte aligned). ``cupy.ascontiguousarray`` alone returns a C-contiguous view as
+    it is, even one starting inside a 16-byte slot (``flat[1:].reshape(...)``), whose vector loads and stores
+    fault (cudaErrorMisalignedAddress)."""
     import cupy
 
+    if not a.flags.c_contiguous:
+        a = cupy.ascontiguousarray(a)
+    return a if a.data.ptr % align == 0 else a.copy()
+
+
+def last_axis_contiguous(a):
+    """``a`` itself when its last axis is unit-stride and 16-byte aligned rows allow vector loads, else a copy."""
     it = a.itemsize
     ok = a.shape[-1] == 1 or a.strides[-1] == it
     ok = ok and all((st // it) % (16 // it) == 0 or n == 1 for st, n in zip(a.strides[:-1], a.shape[:-1]))
     ok = ok and a.data.ptr % 16 == 0
-    if ok:
-        return a
-    out = cupy.ascontiguousarray(a)  # a C-contiguous view comes back as it is, even one not 16-byte aligned
-    return out if out.data.ptr % 16 == 0 else out.copy()
+    return a if ok else aligned_contiguous(a)
 
 
 def pad_head_dim(a, d_to: int):

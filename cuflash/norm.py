@@ -41,7 +41,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import as_bool, as_cupy, as_float, as_int
+from ._attn_common import aligned_contiguous as _aligned, as_bool, as_cupy, as_float, as_int
 
 __all__ = ["layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"]
 
@@ -317,16 +317,6 @@ def _as_device(a, what):
     """A CuPy view of ``a`` (the one conversion of every wrapper: cuflash._attn_common.as_cupy; a host array
     raises TypeError rather than being copied)."""
     return as_cupy(a, what)
-
-
-def _aligned(a, align=16):
-    """C-contiguous with a base pointer aligned to ``align`` bytes (copies only when it is not)."""
-    cp = _cupy()
-    if not a.flags.c_contiguous:
-        a = cp.ascontiguousarray(a)  # a fresh allocation: 256-byte aligned
-    if a.data.ptr % align:
-        a = a.copy()
-    return a
 
 
 def _normalized_shape(normalized_shape, fn):

@@ -60,7 +60,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _compile, _dtypes
-from ._attn_common import as_bool, as_cupy
+from ._attn_common import aligned_contiguous as _contiguous, as_bool, as_cupy
 
 SOURCE = "softmax.cu"
 OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LSE, OP_STATE = 0, 1, 2, 3
@@ -563,17 +563,6 @@ def _make_prep(x, axis, op, method, partition, dev):
         pr.args = (_i64(ldx), _i64(n), _i64(rows), _i64(n), np.int32(pl.chunks), _i64(pl.slots_per_chunk),
                    np.int32(op))
     return pr
-
-
-def _contiguous(x2):
-    """x2 as a C-contiguous array starting on a 16-byte boundary: x2 itself when it is one, else a copy (a fresh
-    allocation is 256-byte aligned; ``cupy.ascontiguousarray`` returns a C-contiguous view as it is, and one that
-    starts inside a 16-byte slot, e.g. ``flat[1:].reshape(...)``, gave the softmax output a different offset)."""
-    import cupy
-
-    if x2.flags.c_contiguous:
-        return x2 if x2.data.ptr % 16 == 0 else x2.copy()
-    return cupy.ascontiguousarray(x2)
 
 
 def _rows_of(x, perm, rows, n):
