@@ -7,8 +7,11 @@ argument sets to :func:`time_cuda`), with an optional L2 flush before every repe
 """
 from __future__ import annotations
 
+import csv as csvlib
 import datetime as _dt
+import io
 import json
+import math
 import os
 import platform
 import subprocess
@@ -58,7 +61,13 @@ def time_cuda(fn, *arg_sets, warmup: int = 3, rep: int = 30, flush: bool = False
     at the end (as ``triton.testing.do_bench``): while the GPU is the bottleneck the host runs ahead, so a
     repetition's time is its GPU time, not the Python work before its launch. ``sync_each=True`` waits after every
     repetition instead: the time then includes the host work of the call (latency of one isolated call).
+
+    Raises ValueError, before anything is launched, when ``rep`` < 1 or ``warmup`` < 0.
     """
+    if rep < 1:
+        raise ValueError(f"time_cuda: rep must be at least 1, got {rep!r}")
+    if warmup < 0:
+        raise ValueError(f"time_cuda: warmup must be at least 0, got {warmup!r}")
     import cupy
 
     sets = arg_sets or ((),)
@@ -136,22 +145,36 @@ def host_us_per_call(fn, calls: int = 2000, warmup: int = 50, sync=None) -> floa
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def _host_float64(a) -> np.ndarray:
+    """``a`` (CuPy or NumPy array, or anything ``np.asarray`` takes) as a float64 NumPy array."""
+    return np.asarray(a.get() if hasattr(a, "get") else a).astype(np.float64)
+
+
 def errors(out, ref) -> dict:
-    """max abs error and max rel error (|out-ref| / max(|ref|, tiny)) over finite reference entries, and NaN count."""
-    o = out.get() if hasattr(out, "get") else np.asarray(out)
-    o = o.astype(np.float64)
-    r = np.asarray(ref, dtype=np.float64)
-    both_nan = np.isnan(o) & np.isnan(r)
-    same_inf = np.isinf(o) & np.isinf(r) & (np.sign(o) == np.sign(r))
-    fin = np.isfinite(r)
+    """Errors of ``out`` against ``ref`` (CuPy or NumPy arrays of the same shape, compared in float64).
+
+    Returns {'max_abs_err', 'max_rel_err', 'mean_abs_err', 'nonfinite_mismatch'}: over the positions where both
+    are finite, the max and mean of |out - ref| and the max of |out - ref| / max(|ref|, 1e-30) (so ref = 0 with
+    out != 0 gives a huge ratio, out = ref = 0 gives 0); ``nonfinite_mismatch`` counts the positions whose
+    finiteness differs (one finite and the other not, or different non-finite values: +inf against -inf or NaN).
+    Where that count is not 0 the three errors are inf, so that a NaN or inf output never reads as a small error;
+    positions where both are the same non-finite value (+inf, -inf, NaN) agree and count nowhere.
+    Raises ValueError when the shapes differ (no broadcasting).
+    """
+    o, r = _host_float64(out), _host_float64(ref)
+    if o.shape != r.shape:
+        raise ValueError(f"errors: output shape {o.shape} differs from reference shape {r.shape}")
+    fin = np.isfinite(o) & np.isfinite(r)
+    same = (o == r) | (np.isnan(o) & np.isnan(r))
+    mismatch = int((~fin & ~same).sum())
+    if mismatch:
+        return {"max_abs_err": math.inf, "max_rel_err": math.inf, "mean_abs_err": math.inf,
+                "nonfinite_mismatch": mismatch}
+    o, r = o[fin], r[fin]
     d = np.abs(o - r)
-    bad = ~(both_nan | same_inf | fin)  # non-finite ref not matched
-    mismatch = int(bad.sum() + (~np.isfinite(o) & fin).sum())
-    d = np.where(fin & np.isfinite(o), d, 0.0)
     rel = d / np.maximum(np.abs(r), 1e-30)
-    rel = np.where(np.abs(r) > 0, rel, 0.0)
     return {"max_abs_err": float(d.max(initial=0.0)), "max_rel_err": float(rel.max(initial=0.0)),
-            "mean_abs_err": float(d.mean()) if d.size else 0.0, "nonfinite_mismatch": mismatch}
+            "mean_abs_err": float(d.mean()) if d.size else 0.0, "nonfinite_mismatch": 0}
 
 
 def git_commit() -> str:
@@ -201,16 +224,44 @@ def environment() -> dict:
 
 
 def write_results(name: str, rows: list[dict], meta: dict | None = None, csv: bool = True) -> Path:
-    """Write ``experiments/results/<name>.json`` (environment + meta + rows) and ``<name>.csv``."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    doc = {"environment": environment(), "meta": meta or {}, "rows": rows}
+    """Write ``experiments/results/<name>.json`` (environment + meta + rows) and ``<name>.csv``; returns the JSON
+    path.
+
+    ``name`` may name a sub-folder of the results folder (``"logs/run_1"``), which is created; raises ValueError
+    for an empty or absolute name or one with a ``..`` part. The JSON is strict (no NaN/Infinity literals): a
+    non-finite float anywhere in the document is written as the string "nan", "inf" or "-inf". The CSV (csv
+    module quoting) has one column per key of the rows, then ``gpu`` and ``commit`` from the environment (a row's
+    own value of those keys wins); floats are written to 6 significant digits, None as an empty cell.
+    """
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        raise ValueError(f"write_results: name must be a relative path inside the results folder, got {name!r}")
+    env = environment()
+    doc = {"environment": env, "meta": meta or {}, "rows": rows}
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(doc, indent=1, default=_jsonable))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_finite_json(doc), indent=1, default=_jsonable, allow_nan=False))
     if csv and rows:
-        cols = list(dict.fromkeys(k for r in rows for k in r))
-        lines = [",".join(cols)] + [",".join(_csv(r.get(c, "")) for c in cols) for r in rows]
-        (RESULTS / f"{name}.csv").write_text("\n".join(lines) + "\n")
+        cols = list(dict.fromkeys([k for r in rows for k in r] + ["gpu", "commit"]))
+        buf = io.StringIO()
+        w = csvlib.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        run = {"gpu": env.get("gpu"), "commit": env.get("commit")}
+        for r in rows:
+            w.writerow([_csv({**run, **r}.get(c)) for c in cols])
+        (RESULTS / f"{name}.csv").write_text(buf.getvalue())
     return path
+
+
+def _finite_json(o):
+    """``o`` with every non-finite float (Python or NumPy) in its dicts, lists and tuples made a string."""
+    if isinstance(o, dict):
+        return {k: _finite_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite_json(v) for v in o]
+    if isinstance(o, (float, np.floating)):
+        return float(o) if math.isfinite(o) else str(float(o))  # "nan", "inf", "-inf"
+    return o
 
 
 def _jsonable(o):
@@ -221,15 +272,25 @@ def _jsonable(o):
     return str(o)
 
 
-def _csv(v) -> str:
-    s = f"{v:.6g}" if isinstance(v, float) else str(v)
-    return f'"{s}"' if "," in s else s
+def _csv(v):
+    """A CSV cell: floats (Python or NumPy) to 6 significant digits, None empty, anything else as is."""
+    if v is None:
+        return ""
+    return f"{v:.6g}" if isinstance(v, (float, np.floating)) else v
+
+
+def _cell(v) -> str:
+    """A Markdown table cell: numbers (Python or NumPy floats to 4 significant digits), None empty, ``|`` escaped."""
+    if v is None:
+        return ""
+    s = f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
+    return s.replace("|", "\\|").replace("\n", " ")
 
 
 def table(rows: list[dict], cols: list[str]) -> str:
-    """A Markdown table of ``rows`` restricted to ``cols`` (floats to 4 significant digits)."""
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    """A Markdown table (returned as a string) of ``rows`` restricted to ``cols``: floats (Python or NumPy) to 4
+    significant digits, None or a missing key as an empty cell, ``|`` in a cell escaped as ``\\|``."""
+    out = ["| " + " | ".join(_cell(c) for c in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        out.append("| " + " | ".join(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
-                                      for c in cols) + " |")
+        out.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
     return "\n".join(out)

@@ -48,10 +48,15 @@ def _run_script(name: str, argv: list[str], prog: str | None = None) -> int:
     spec = importlib.util.spec_from_file_location(f"cuflash_experiment_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # importable by name: a script's worker processes unpickle its functions
+    saved = sys.argv
     sys.argv = [prog or f"cuflash run {name}"] + argv  # argparse's prog (the scripts find files by __file__)
-    spec.loader.exec_module(mod)
-    rc = mod.main(argv) if hasattr(mod, "main") else 0
-    return int(rc or 0)
+    try:
+        spec.loader.exec_module(mod)
+        rc = mod.main(argv) if hasattr(mod, "main") else 0
+    finally:
+        sys.argv = saved
+    # the exit status: an int (not a bool) as main returned it; None or anything else (a list of rows) is 0
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
 
 
 def info() -> int:

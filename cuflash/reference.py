@@ -152,3 +152,34 @@ def rms_norm(x, normalized_shape, weight=None, eps=1e-6, residual=None):
     if weight is not None:
         y = y * _f64(weight)
     return y, rstd.reshape(x.shape[: x.ndim - nd]), x
+
+
+def _norm_backward(dy, x, weight, mean, rstd):
+    """Shared by the two backwards: float64 (dx, dweight, dbias) of y = xhat · w (+ b), xhat = (x − mean) · rstd
+    over the last dim of 2-D ``x``, given the saved statistics (mean None: RMSNorm, xhat = x · rstd)."""
+    dy, x = _f64(dy), _f64(x)
+    r = _f64(rstd).reshape(-1, 1)
+    mu = _f64(mean).reshape(-1, 1) if mean is not None else 0.0
+    xhat = (x - mu) * r
+    g = dy * (_f64(weight) if weight is not None else 1.0)
+    c2 = (g * xhat).mean(-1, keepdims=True)
+    c1 = g.mean(-1, keepdims=True) if mean is not None else 0.0
+    return r * (g - c1 - xhat * c2), (dy * xhat).sum(0), dy.sum(0)
+
+
+def layer_norm_backward(dy, x, weight, mean, rstd):
+    """float64 gradients of LayerNorm over the last dim of 2-D ``x`` (rows, hidden) given the saved float32
+    statistics ``mean``, ``rstd`` (rows,), as ``cuflash.layer_norm_backward`` takes them: returns
+    (dx (rows, hidden), dweight (hidden,), dbias (hidden,)).
+    dx = rstd · (g − mean(g) − xhat · mean(g · xhat)) with g = dy · w, xhat = (x − mean) · rstd
+    (Ba et al. 2016, differentiated; ``tests/test_norm.py`` checks it against
+    finite differences of :func:`layer_norm`)."""
+    return _norm_backward(dy, x, weight, mean, rstd)
+
+
+def rms_norm_backward(dy, x, weight, rstd):
+    """float64 gradients of RMSNorm over the last dim of 2-D ``x`` given the saved ``rstd`` (rows,), as
+    ``cuflash.rms_norm_backward`` takes it: returns (dx, dweight).
+    dx = rstd · (g − xhat · mean(g · xhat)), g = dy · w, xhat = x · rstd
+    (Zhang & Sennrich 2019, differentiated; checked against finite differences in the tests)."""
+    return _norm_backward(dy, x, weight, None, rstd)[:2]

@@ -9,11 +9,16 @@ Attention benchmarks (attention_bench.py, attention_bwd_bench.py, attention_sm90
 Predicted / measured experiments (fig2.py, roofline.py, norm_fusion.py, softmax_passes.py, tile_sweep.py):
     ``output_dirs``     point bench.write_results at --out and return the plot folder
     ``predicted_mode``  --predict or no CUDA device (the no-GPU line printed then)
+    ``scratch_out``     no GPU and no --predict: the PREDICTED files go to --out or a temporary folder
     ``print_results``   the result table (columns present in the rows) and the "wrote" line
     ``to_torch`` / ``from_torch``  CuPy <-> torch views of any dtype (bfloat16 through int16)
 Plots (all of the above): ``pyplot`` (matplotlib on Agg), ``predicted_watermark``, ``save_figure``.
 Re-plotting from committed results (no GPU, no measurement): ``add_replot_arg`` (the --replot flag) and
 ``load_results`` (experiments/results/<name>.json, or another results folder).
+Arguments: ``positive_int`` / ``nonnegative_int`` / ``positive_float`` / ``int_list`` / ``name_list`` (argparse
+types that reject nonsense with a usage error), ``fill_defaults`` (--quick changes only the defaults of the flags
+not given: declare them with ``default=None``), ``run_names`` (a --quick run's results and plot get their own
+names, so a smoke run never replaces the committed full run).
 
 The scripts run as ``python3 experiments/X.py`` and are loaded from their file by cuflash/cli.py and the
 tests, so each puts this folder on sys.path before ``from _common import ...``.
@@ -26,12 +31,105 @@ from pathlib import Path
 import numpy as np
 
 
+# ------------------------------------------------------------------------------------------ arguments
+def _number(text, kind, least, what):
+    import argparse
+
+    try:
+        v = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= least:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+    return v
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1 (``--rep 0`` and ``--mib -1`` are usage errors)."""
+    return _number(text, int, 1, "a positive integer")
+
+
+def nonnegative_int(text):
+    """argparse type: an integer >= 0 (``--warmup 0`` is fine)."""
+    return _number(text, int, 0, "an integer >= 0")
+
+
+def positive_float(text):
+    """argparse type: a number > 0."""
+    import argparse
+
+    v = _number(text, float, 0.0, "a positive number")
+    if v == 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number")
+    return v
+
+
+def int_list(text):
+    """argparse type: comma-separated positive integers, kept as the string the scripts split (``"1024,4096"``)."""
+    import argparse
+
+    for x in text.split(","):
+        try:
+            positive_int(x)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{text!r}: want comma-separated positive integers") from None
+    return text
+
+
+def name_list(choices):
+    """argparse type: comma-separated names, each one of ``choices`` (``"float32,bfloat16"``); kept as the string."""
+    import argparse
+
+    def check(text):
+        bad = [x for x in text.split(",") if x not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad))} not among {', '.join(choices)}")
+        return text
+
+    return check
+
+
+def _shown(v):
+    return " ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
+def default_help(text, key, full, quick=None):
+    """``text`` and the default of ``key``: "(default X; Y with --quick)"."""
+    q = f"; {_shown(quick[key])} with --quick" if quick and key in quick else ""
+    return f"{text} (default {_shown(full[key])}{q})"
+
+
+def fill_defaults(a, full, quick=None):
+    """--quick changes the defaults only: each key of ``full`` that the command line left at None (declare those
+    arguments with ``default=None``) takes the value from ``quick`` (with ``a.quick``, where it has the key) or
+    from ``full``; what the user gave is kept. Returns ``a``."""
+    table = {**full, **(quick or {})} if getattr(a, "quick", False) else full
+    for k, v in table.items():
+        if getattr(a, k, None) is None:
+            setattr(a, k, list(v) if isinstance(v, list) else v)
+    return a
+
+
+def run_names(a, name, plot, *tags):
+    """Fill ``a.name`` when --name was not given (declare it with ``default=None``) and return the plot's file
+    stem. A full run is ``name``; a --quick run ``<name>_quick`` (plus ``_<tag>`` for each non-empty ``tags``,
+    e.g. amp_training's ``model_only``), so a smoke run never replaces the committed results. The plot is
+    ``plot`` for the results name ``name`` and the results name otherwise (plots/softmax_sweep_quick.png), so
+    neither does its figure."""
+    if a.name is None:
+        a.name = "_".join([name] + (["quick"] if getattr(a, "quick", False) else []) + [t for t in tags if t])
+    return plot if a.name == name else a.name
+
+
 # ------------------------------------------------------------------------------------------ attention benchmarks
+ATTENTION_DTYPES = ("bfloat16", "float16")
+
+
 def add_shape_args(ap, seqlens):
     """The shape arguments of the attention benchmarks (FlashAttention-2 convention sweeps)."""
-    ap.add_argument("--seqlens", type=int, nargs="+", default=seqlens)
-    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--seqlens", type=positive_int, nargs="+", default=seqlens)
+    ap.add_argument("--head-dims", type=positive_int, nargs="+", default=[64, 128])
+    ap.add_argument("--dtypes", nargs="+", default=list(ATTENTION_DTYPES), choices=ATTENTION_DTYPES)
     ap.add_argument("--masks", nargs="+", default=["full", "causal"], choices=["full", "causal"])
 
 
@@ -95,6 +193,18 @@ def predicted_mode(a, message):
     if predicted and not a.predict:
         print(message)
     return predicted
+
+
+def scratch_out(a, prog):
+    """The model-only run that no GPU forced (not --predict): unless --out names a folder, its PREDICTED files go
+    to a new temporary folder (said on stdout), never over the committed experiments/results. Returns a.out."""
+    import tempfile
+
+    if a.out is None:
+        a.out = tempfile.mkdtemp(prefix=f"cuflash_{prog}_")
+        print(f"{prog}: the PREDICTED files go to {a.out} (--predict writes them to experiments/results, "
+              f"--out DIR to DIR)")
+    return a.out
 
 
 def print_results(path, rows, cols):
@@ -187,21 +297,32 @@ def plot_tflops_grid(rows, series, path, ylabel, title):
 
 
 # ------------------------------------------------------------------------------------------ replot
-def add_replot_arg(ap, name):
-    """The --replot flag: redraw the figure from ``experiments/results/<name>.json`` only (no GPU, exit 0)."""
+COMMITTED = Path(__file__).resolve().parent / "results"   # the checkout's experiments/results
+
+
+def add_replot_arg(ap, name, out=False):
+    """The --replot flag: redraw the figure from ``experiments/results/<name>.json`` only (no GPU, exit 0);
+    ``out``: the script has --out (a results folder, read first when it holds the file; the plot goes there)."""
+    where = " or from --out's folder when it holds that file; the PNG goes to --plots or OUT/plots" if out else ""
     ap.add_argument("--replot", action="store_true",
-                    help=f"only redraw the plot from experiments/results/{name}.json (its rows); no GPU, "
+                    help=f"only redraw the plot from experiments/results/{name}.json (its rows{where}); no GPU, "
                          f"no measurement, nothing written but the PNG")
 
 
 def load_results(name, folder=None):
-    """The results document (``environment``, ``meta``, ``rows``) of ``<folder>/<name>.json`` (default:
-    cuflash.bench.RESULTS, i.e. experiments/results). ``meta`` is always a dict."""
+    """The results document (``environment``, ``meta``, ``rows``) of ``<folder>/<name>.json`` (default folder:
+    cuflash.bench.RESULTS, i.e. experiments/results) or, when that folder has no such file, of the committed
+    ``experiments/results/<name>.json`` (``--replot --out DIR`` redraws the committed results into DIR).
+    ``meta`` is always a dict. Neither file: SystemExit with a message naming both (exit status 1)."""
     import json
 
     from cuflash import bench
 
-    path = Path(folder or bench.RESULTS) / f"{name}.json"
+    tried = list(dict.fromkeys(Path(f) / f"{name}.json" for f in (folder or bench.RESULTS, COMMITTED)))
+    path = next((p for p in tried if p.is_file()), None)
+    if path is None:
+        raise SystemExit(f"replot: no results file {' or '.join(map(str, tried))}: run the experiment first (its "
+                         f"--name / --quick choose the file)")
     doc = json.loads(path.read_text())
     if not isinstance(doc.get("meta"), dict):
         doc["meta"] = {}

@@ -20,6 +20,11 @@ After Micikevicius et al., *Mixed Precision Training* (ICLR 2018):
     python experiments/amp_training.py [--quick] [--model-only]
     python experiments/amp_training.py --replot    # redraw plots/amp_training.png from the results JSON
 
+Writes experiments/results/amp_training.json|csv and plots/amp_training.png for the full run; a partial run gets
+its own name so that it never replaces the committed full run: amp_training_quick (--quick),
+amp_training_model_only (--model-only, or no GPU: parts (a) and (b) only), amp_training_quick_model_only, or
+--name's (the plot then plots/<name>.png).
+
 Figure panels: (a), (b), (c) as above and (d) the loss-scale trajectory of the (c) run with dynamic loss scaling.
 """
 from __future__ import annotations
@@ -35,7 +40,8 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from _common import add_replot_arg, load_results  # noqa: E402
+from _common import (  # noqa: E402
+    add_replot_arg, default_help, fill_defaults, load_results, positive_float, positive_int, run_names)
 from cuflash import bench  # noqa: E402
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
@@ -240,27 +246,41 @@ def part_c(args):
 
 
 # ----------------------------------------------------------------------------------------------------------
-def main(argv=None):
+FULL = {"steps": 2000, "growth_interval": 200}
+QUICK = {"steps": 300, "growth_interval": 50}
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke size: 300 training steps")
-    ap.add_argument("--model-only", action="store_true", help="parts (a) and (b) in NumPy only (no GPU)")
-    ap.add_argument("--steps", type=int, default=None, help="training steps (default 2000; 300 with --quick)")
-    ap.add_argument("--batch", type=int, default=4096)
-    ap.add_argument("--lr", type=float, default=0.2)
-    ap.add_argument("--init-scale", type=float, default=2.0 ** 16)
-    ap.add_argument("--growth-interval", type=int, default=None,
-                    help="clean steps before the scale doubles (default 200; 50 with --quick; torch uses 2000)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --steps and --growth-interval (not what is given) "
+                         "and part (b)'s sample; writes amp_training_quick unless --name")
+    ap.add_argument("--model-only", action="store_true",
+                    help="parts (a) and (b) in NumPy only (no GPU); writes amp_training_model_only unless --name")
+    ap.add_argument("--steps", type=positive_int, help=default_help("training steps", "steps", FULL, QUICK))
+    ap.add_argument("--batch", type=positive_int, default=4096)
+    ap.add_argument("--lr", type=positive_float, default=0.2)
+    ap.add_argument("--init-scale", type=positive_float, default=2.0 ** 16)
+    ap.add_argument("--growth-interval", type=positive_int,
+                    help=default_help("clean steps before the scale doubles (torch uses 2000)", "growth_interval",
+                                      FULL, QUICK))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default=None,
+                    help="results file stem (default amp_training for the full run, see above); the plot is "
+                         "plots/amp_training.png for amp_training, else plots/<name>.png")
     add_replot_arg(ap, "amp_training")
-    args = ap.parse_args(argv)
+    return fill_defaults(ap.parse_args(argv), FULL, QUICK)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.replot:
-        return replot()
-    args.steps = args.steps or (300 if args.quick else 2000)
-    args.growth_interval = args.growth_interval or (50 if args.quick else 200)
+        return replot(args)
     gpu = not args.model_only and bench.has_gpu()
     if not args.model_only and not gpu:
         print("amp_training: no CUDA device visible to CuPy; running parts (a) and (b) in NumPy, "
               "skipping (c) the GPU training run")
+    plot_stem = run_names(args, "amp_training", "amp_training", "" if gpu else "model_only")
     traj, a = part_a(1000, gpu)
     print("(a)", a)
     b = part_b(200_000 if args.quick else 2_000_000, np.random.default_rng(args.seed))
@@ -274,21 +294,23 @@ def main(argv=None):
                   "overflow": rec["overflow"][i], "underflow_frac": rec["underflow_frac"][i]}
                  for i in range(len(rec["loss"]))]
     meta = {"a": a, "c_finals": finals, "args": vars(args), "c_skipped": not gpu}
-    path = bench.write_results("amp_training", rows, meta)
+    path = bench.write_results(args.name, rows, meta)
     print("wrote", path)
-    plot(traj, a, b, curves, args)
+    plot(traj, a, b, curves, args, bench.PLOTS / f"{plot_stem}.png")
     ok = a["final"]["float16 weights"] == 1.0 and abs(a["final"]["float32 master"] - a["expected_master"]) < 1e-4
     if gpu:
         ok = ok and a["gpu"]["copy_is_rounded_master"] and a["gpu"]["fp16_weights"] == 1.0
     return 0 if ok else 1
 
 
-def replot():
-    """Redraw the figure from experiments/results/amp_training.json: (a)'s trajectories are the NumPy model
-    (deterministic, CPU) with the recorded GPU point from ``meta``, (b) and (c) the recorded rows."""
+def replot(args):
+    """Redraw the figure from experiments/results/amp_training.json (the --name / --quick run's file): (a)'s
+    trajectories are the NumPy model (deterministic, CPU) with the recorded GPU point from ``meta``, (b) and (c)
+    the recorded rows."""
     import argparse as _ap
 
-    doc = load_results("amp_training")
+    plot_stem = run_names(args, "amp_training", "amp_training", "model_only" if args.model_only else "")
+    doc = load_results(args.name)
     meta, rows = doc["meta"], doc["rows"]
     traj, _ = part_a(int(meta.get("a", {}).get("steps", 1000)), False)
     a = meta.get("a") or _
@@ -299,11 +321,11 @@ def replot():
         for k in rec:
             rec[k].append(r[k])
     args = _ap.Namespace(**{"batch": 4096, "lr": 0.2, "growth_interval": 200, **meta.get("args", {})})
-    plot(traj, a, b, curves, args)
+    plot(traj, a, b, curves, args, bench.PLOTS / f"{plot_stem}.png")
     return 0
 
 
-def plot(traj, a, b, curves, args):
+def plot(traj, a, b, curves, args, out):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -374,8 +396,7 @@ def plot(traj, a, b, curves, args):
     ax.set_ylabel("log2 scale")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    bench.PLOTS.mkdir(parents=True, exist_ok=True)
-    out = bench.PLOTS / "amp_training.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     print("wrote", out)

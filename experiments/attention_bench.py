@@ -5,10 +5,12 @@ hidden 2048 (heads = 2048 / head_dim), head_dim 64 and 128, seqlen 512 ... 16K, 
 float16. TFLOP/s = 4·B·H·N²·d / t, halved when causal. Each speed sits beside its max abs error against a
 float64 reference computed on a sample of query rows (all heads of batch 0), so a fast wrong kernel shows.
 
-Writes experiments/results/attention_bench.json|csv and plots/attention_tflops.png.
+Writes experiments/results/attention_bench.json|csv and plots/attention_tflops.png; a --quick run writes
+attention_bench_quick.json|csv and plots/attention_bench_quick.png (another --name: <name>.json|csv and
+plots/<name>.png). Without a GPU: one line, exit 2.
 
     python experiments/attention_bench.py            # full sweep
-    python experiments/attention_bench.py --quick    # seqlen 1K and 4K, bf16 only
+    python experiments/attention_bench.py --quick    # seqlen 1K and 4K, bf16 only (unless given)
     python experiments/attention_bench.py --replot   # redraw plots/attention_tflops.png from the results JSON
 """
 from __future__ import annotations
@@ -26,26 +28,41 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_replot_arg, add_shape_args, half_to_torch as to_torch, load_results, pyplot, sample_ref, save_figure, sdpa_peers  # noqa: E402,E501
+from _common import (  # noqa: E402
+    add_replot_arg, add_shape_args, default_help, fill_defaults, half_to_torch as to_torch, load_results,
+    nonnegative_int, positive_int, pyplot, run_names, sample_ref, save_figure, sdpa_peers)
 
 TOKENS, HIDDEN = 16384, 2048
 ROUNDS = 5  # rotated timing rounds per configuration (bench.time_rotated); --rep launches in all
+FULL = {"seqlens": [512, 1024, 2048, 4096, 8192, 16384], "dtypes": ["bfloat16", "float16"], "rep": 30,
+        "warmup": 5}
+QUICK = {"seqlens": [1024, 4096], "dtypes": ["bfloat16"], "rep": 20, "warmup": 3}
+
+
+def per_round(rep):
+    """Launches per contender and timing round: --rep spread over ROUNDS rounds, at least 4 a round."""
+    return max(4, rep // ROUNDS)
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_shape_args(ap, [512, 1024, 2048, 4096, 8192, 16384])
-    ap.add_argument("--rep", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    add_shape_args(ap, FULL["seqlens"])
+    ap.set_defaults(seqlens=None, dtypes=None)  # filled from FULL / QUICK below
+    ap.add_argument("--rep", type=positive_int,
+                    help=default_help(f"timed launches per contender, in {ROUNDS} rounds of at least 4", "rep",
+                                      FULL, QUICK))
+    ap.add_argument("--warmup", type=nonnegative_int, help=default_help("untimed launches", "warmup", FULL, QUICK))
     ap.add_argument("--no-torch", action="store_true", help="skip the torch SDPA peers")
     ap.add_argument("--no-wgmma", action="store_true", help="skip the Hopper wgmma schedule column")
-    ap.add_argument("--quick", action="store_true", help="seqlen 1K and 4K, bfloat16, rep 20")
-    ap.add_argument("--name", default="attention_bench")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --seqlens (1024 4096), --dtypes (bfloat16), --rep (20) "
+                         "and --warmup (3), not what is given; writes attention_bench_quick unless --name")
+    ap.add_argument("--name", default=None,
+                    help="results file stem (default attention_bench; attention_bench_quick with --quick); the "
+                         "plot is plots/attention_tflops.png for attention_bench, else plots/<name>.png")
     add_replot_arg(ap, "attention_bench")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.seqlens, a.dtypes, a.rep, a.warmup = [1024, 4096], ["bfloat16"], 20, 3
-    a.rep = max(a.rep, 20)
+    a = fill_defaults(ap.parse_args(argv), FULL, QUICK)
+    a.plot = run_names(a, "attention_bench", "attention_tflops")
     return a
 
 
@@ -78,8 +95,8 @@ def main(argv=None) -> int:
     from cuflash import bench
 
     if a.replot:
-        plot(load_results(a.name)["rows"], bench.PLOTS / "attention_tflops.png")
-        print("wrote", bench.PLOTS / "attention_tflops.png")
+        plot(load_results(a.name)["rows"], bench.PLOTS / f"{a.plot}.png")
+        print("wrote", bench.PLOTS / f"{a.plot}.png")
         return 0
     if not bench.has_gpu():
         print("attention_bench: no CUDA device visible (run on the GPU machine)")
@@ -96,7 +113,7 @@ def main(argv=None) -> int:
     rows = []
     rng = cp.random.default_rng(0)  # on the device: 16K tokens x hidden 2048 x 3 per configuration
     for dn, d, n, mask in tqdm(combos, desc="attention bench", unit="cfg"):
-        dt = bfloat16 if dn == "bfloat16" else np.dtype(np.float16)
+        dt = {"bfloat16": bfloat16, "float16": np.dtype(np.float16)}[dn]  # the names parse_args accepts
         causal = mask == "causal"
         B, H = max(TOKENS // n, 1), HIDDEN // d
         shape = (B, H, n, d)
@@ -141,7 +158,7 @@ def main(argv=None) -> int:
                 except Exception as e:
                     row[f"torch_{name}_tflops"] = None
                     row[f"torch_{name}_note"] = repr(e)[:120]
-        times = bench.time_rotated(fns, rounds=ROUNDS, warmup=a.warmup, rep=max(4, a.rep // ROUNDS))
+        times = bench.time_rotated(fns, rounds=ROUNDS, warmup=a.warmup, rep=per_round(a.rep))
         for nm, t in times.items():
             row[f"{nm}_ms"] = t["median_ms"]
             row[f"{nm}_tflops"] = fl / (t["median_ms"] * 1e-3) / 1e12
@@ -159,17 +176,18 @@ def main(argv=None) -> int:
     meta = {"host_overhead_us": host_overhead(A, th, bfloat16),
             "what": "attention forward TFLOP/s, FlashAttention-2 convention (16K tokens, hidden 2048)",
             "flops": "4*B*H*N^2*d / t, halved when causal",
-            "timing": f"CUDA events, warmup {a.warmup}; {ROUNDS} rounds of {max(4, a.rep // ROUNDS)} launches per "
+            "timing": f"CUDA events, warmup {a.warmup}; {ROUNDS} rounds of {per_round(a.rep)} launches per "
                       "contender in a rotated order (bench.time_rotated), median of the round medians",
             "error": "max abs error vs float64 reference on 48 query rows x all heads of batch 0",
-            "peers": "torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(FLASH_ATTENTION / CUDNN_ATTENTION)"}
+            "peers": "torch.nn.functional.scaled_dot_product_attention under "
+                     "sdpa_kernel(FLASH_ATTENTION / CUDNN_ATTENTION)"}
     path = bench.write_results(a.name, rows, meta)
     cols = ["dtype", "head_dim", "seqlen", "causal", "cuflash_tflops", "cuflash_err", "torch_flash_tflops",
             "torch_flash_err", "torch_cudnn_tflops", "torch_cudnn_err", "ratio_vs_flash", "wgmma_tflops",
             "wgmma_err", "wgmma_ratio_vs_cudnn"]
     print(bench.table(rows, cols))
-    plot(rows, bench.PLOTS / "attention_tflops.png")
-    print(f"wrote {path} and plots/attention_tflops.png")
+    plot(rows, bench.PLOTS / f"{a.plot}.png")
+    print(f"wrote {path} and {bench.PLOTS / (a.plot + '.png')}")
     return 0
 
 

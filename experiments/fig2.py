@@ -12,7 +12,9 @@ HBM GB are the traffic model (``cuflash.traffic.attention_bytes``) and, when Nsi
 measured DRAM bytes (``cuflash.ncu``: dram__bytes_read.sum + dram__bytes_write.sum, clocks left alone) with their
 ratio; a ratio off by more than 10% is flagged in ``model_note``. Without a GPU (or with ``--predict``) every
 number is the model with roofline-predicted times for ``--gpu`` (``cuflash.gpus``), written to
-``fig2_predicted.json`` and labelled PREDICTED.
+``fig2_predicted.json`` and labelled PREDICTED (without a GPU and without ``--predict``: to ``--out`` or a new
+temporary folder, never over the committed file). A ``--quick`` run writes ``fig2_quick.json`` /
+``fig2_quick_predicted.json`` (and their plots) unless ``--name`` is given.
 
 Error columns (measured rows; batch 0, heads 0-1 against the float64 reference): ``max_abs_err`` = max|out - ref|,
 ``max_rel_err`` = max|out - ref| / max|ref| (norm-wise: an element-wise ratio divides by near-zero reference
@@ -21,7 +23,9 @@ ref| with round() to the output dtype: the floor every implementation shares (wi
 error is usually this rounding, identical for all implementations; mean_abs_err still tells them apart).
 
     python experiments/fig2.py [--quick] [--predict] [--gpu H200] [--ncu auto|on|off] [--out DIR]
-    python experiments/fig2.py --replot [--predict]   # redraw plots/fig2.png (fig2_predicted.png) from the JSON
+    python experiments/fig2.py --replot [--predict] [--out DIR]
+        # redraw plots/fig2.png (fig2_predicted.png) from experiments/results/fig2.json (fig2_predicted.json),
+        # into DIR/plots with --out
 """
 from __future__ import annotations
 
@@ -36,8 +40,9 @@ if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also wh
     sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import (  # noqa: E402
-    add_replot_arg, from_torch, output_dirs, predicted_mode, predicted_watermark, print_results, pyplot,
-    replot_recorded, save_figure, to_torch)
+    add_replot_arg, default_help, fill_defaults, from_torch, int_list, nonnegative_int, output_dirs, positive_int,
+    predicted_mode, predicted_watermark, print_results, pyplot, replot_recorded, run_names, save_figure,
+    scratch_out, to_torch)
 
 import numpy as np  # noqa: E402
 
@@ -51,17 +56,26 @@ ANCHOR_H200_FWDBWD = {"MATH": {"fwd_ms": 16.76, "fwdbwd_ms": 36.94, "HBM_GB": 89
 FA2_TILES = (128, 64)   # FA-2 model tiles for torch FLASH/CUDNN and cuflash fa2 (head_dim 64 default)
 
 
+FULL, QUICK = {"batch": 64}, {"batch": 4}
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--seqlen", type=int, default=1024)
-    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--batch", type=positive_int, help=default_help("batch", "batch", FULL, QUICK))
+    ap.add_argument("--heads", type=positive_int, default=16)
+    ap.add_argument("--seqlen", type=positive_int, default=1024)
+    ap.add_argument("--head-dim", type=positive_int, default=64)
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
-    ap.add_argument("--block-sizes", default="16,32,64,128,256", help="Bc values of the fa1 sweep (Br = 64)")
-    ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="smoke size: batch 4, rep 20, no ncu unless --ncu on")
+    ap.add_argument("--block-sizes", type=int_list, default="16,32,64,128,256",
+                    help="Bc values of the fa1 sweep (Br = 64)")
+    ap.add_argument("--rep", type=positive_int, default=20)
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: batch 4 unless --batch, no ncu unless --ncu on; writes fig2_quick "
+                         "(fig2_quick_predicted) unless --name")
+    ap.add_argument("--name", default=None,
+                    help="results and plot file stem (default fig2; fig2_quick with --quick); _predicted is "
+                         "appended for the model-only run")
     ap.add_argument("--predict", action="store_true", help="model only (no GPU use): roofline-predicted times")
     ap.add_argument("--gpu", default="H200", help="GPU table entry for predicted times (H200, H100, A100)")
     ap.add_argument("--ncu", default="auto", choices=["auto", "on", "off"],
@@ -70,10 +84,9 @@ def parse_args(argv):
     ap.add_argument("--out", default=None, help="results folder (default experiments/results); plots go to "
                                                 "OUT/plots unless --plots")
     ap.add_argument("--plots", default=None)
-    add_replot_arg(ap, "fig2 (with --predict: fig2_predicted)")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.batch = min(a.batch, 4)
+    add_replot_arg(ap, "fig2 (with --predict: fig2_predicted)", out=True)
+    a = fill_defaults(ap.parse_args(argv), FULL, QUICK)
+    run_names(a, "fig2", "fig2")
     return a
 
 
@@ -125,8 +138,8 @@ def run_predicted(a, plots):
     meta = {"predicted": True, "gpu_table": g.name, "gpu_notes": g.notes, "paper_A100_fwdbwd": PAPER_A100_FWDBWD,
             "anchor_H200_fwdbwd": ANCHOR_H200_FWDBWD, "args": vars(a),
             "note": "PREDICTED: traffic model + roofline (max(bytes/copy BW, flops/peak)); no GPU measurement"}
-    path = bench.write_results("fig2_predicted", rows, meta)
-    plot(rows, plots / "fig2_predicted.png", f"PREDICTED for {g.name} (roofline model, no GPU)")
+    path = bench.write_results(f"{a.name}_predicted", rows, meta)
+    plot(rows, plots / f"{a.name}_predicted.png", f"PREDICTED for {g.name} (roofline model, no GPU)")
     return path, rows
 
 
@@ -307,8 +320,8 @@ def run_measured(a, plots):
             "error": "batch 0, heads 0-1 vs float64 reference: max_abs_err = max|out-ref|, max_rel_err = "
                      "max|out-ref| / max|ref| (norm-wise), mean_abs_err, out_rounding_abs_err = max|round(ref)-ref| "
                      "(rounding to the output dtype: the floor all implementations share)"}
-    path = bench.write_results("fig2", rows, meta)
-    plot(rows, plots / "fig2.png", f"{env.get('gpu')} (measured)")
+    path = bench.write_results(a.name, rows, meta)
+    plot(rows, plots / f"{a.name}.png", f"{env.get('gpu')} (measured)")
     return path, rows
 
 
@@ -363,12 +376,14 @@ def plot(rows, path, label):
 
 
 def replot(a, plots) -> int:
-    """Redraw plots/fig2.png (fig2_predicted.png with --predict) from the results JSON, as recorded."""
-    return replot_recorded(a, plots, "fig2", plot, "roofline model")
+    """Redraw plots/<name>.png (<name>_predicted.png with --predict) from the results JSON, as recorded."""
+    return replot_recorded(a, plots, a.name, plot, "roofline model")
 
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
+    if not (a.replot or a.predict or bench.has_gpu()):
+        scratch_out(a, "fig2")
     plots = output_dirs(a)
     if a.replot:
         return replot(a, plots)

@@ -6,13 +6,15 @@ x; write dx; dweight/dbias reduced in float32). GB/s always counts the bytes the
 (cuflash.traffic.norm_bytes; backward 3 passes), so for one op every implementation's GB/s is a speed ratio;
 torch's residual peer is its unfused ``x + r`` then norm, and its backward is autograd's. The copy
 (read + write) is timed in the same run: ``frac_copy`` = GB/s / copy GB/s. Targets: forward >= 0.9 of copy,
-backward >= 0.8, never slower than torch or Triton beside it. Error: max |y - float64 reference| over sampled
-rows.
+backward >= 0.8, never slower than torch or Triton beside it. Errors, every implementation (cuflash, torch,
+Triton): max abs and rel error of y (backward: dx) against the float64 reference (cuflash.reference) on sampled
+rows; the backward's dweight / dbias as max abs error over the reference's largest magnitude, all rows.
 
     python experiments/norm_sweep.py [--quick] [--mib 256] [--hiddens 1024,...] [--dtypes float32,bfloat16]
     python experiments/norm_sweep.py --replot     # redraw plots/norm_bandwidth.png from the results JSON
 
-Writes experiments/results/norm_sweep.json|csv and plots/norm_bandwidth.png. Without a GPU: one line, exit 2
+Writes experiments/results/norm_sweep.json|csv and plots/norm_bandwidth.png (``--quick``: norm_sweep_quick.json|csv and
+plots/norm_sweep_quick.png, so a smoke run never replaces the committed sweep). Without a GPU: one line, exit 2
 (``--replot`` needs no GPU and exits 0).
 """
 from __future__ import annotations
@@ -27,7 +29,8 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_replot_arg, load_results  # noqa: E402
+from _common import (add_replot_arg, fill_defaults, int_list, load_results, name_list, nonnegative_int,  # noqa: E402
+                     positive_float, positive_int, run_names)
 
 import numpy as np  # noqa: E402
 
@@ -37,26 +40,32 @@ OPS = ("fwd", "fwd_res", "bwd")
 KINDS = ("layer", "rms")
 
 
+FULL = {"mib": 256.0, "hiddens": "1024,2048,4096,8192,16384,32768"}
+QUICK = {"mib": 64.0, "hiddens": "1024,8192,32768"}
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--hiddens", default="1024,2048,4096,8192,16384,32768")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--kinds", default="layer,rms")
-    ap.add_argument("--ops", default=",".join(OPS))
-    ap.add_argument("--mib", type=float, default=256.0, help="MiB of input x per case")
-    ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="smoke size: 64 MiB, hidden 1K/8K/32K")
+    ap.add_argument("--hiddens", type=int_list, default=None, help=f"default {FULL['hiddens']} (--quick: "
+                    f"{QUICK['hiddens']})")
+    ap.add_argument("--dtypes", type=name_list(("float32", "float16", "bfloat16")), default="float32,bfloat16")
+    ap.add_argument("--kinds", type=name_list(KINDS), default="layer,rms")
+    ap.add_argument("--ops", type=name_list(OPS), default=",".join(OPS))
+    ap.add_argument("--mib", type=positive_float, default=None,
+                    help=f"MiB of input x per case (default {FULL['mib']:g}; --quick: {QUICK['mib']:g})")
+    ap.add_argument("--rep", type=positive_int, default=20)
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smoke size (flags given explicitly are kept); results "
+                    "named norm_sweep_quick, plot plots/norm_sweep_quick.png")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-triton", action="store_true")
-    ap.add_argument("--name", default="norm_sweep")
+    ap.add_argument("--name", default=None, help="results name (default norm_sweep; --quick: norm_sweep_quick)")
     ap.add_argument("--hold", default="on", choices=["on", "off", "all"],
                     help="cuflash.norm.HOLD: weights held in registers across rows (on), loaded per row (off), "
                          "every register chunk held with relaxed launch bounds (all)")
     add_replot_arg(ap, "norm_sweep")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.mib, a.hiddens = 64.0, "1024,8192,32768"
+    a = fill_defaults(ap.parse_args(argv), FULL, QUICK)
+    a.plot = run_names(a, "norm_sweep", "norm_bandwidth")
     return a
 
 
@@ -65,6 +74,58 @@ def bwd_bytes(rows, hidden, dt, kind, weight=True):
     s = np.dtype(dt).itemsize
     n = rows * hidden
     return 3 * n * s + int(weight) * hidden * s + rows * 4 * (2 if kind == "layer" else 1)
+
+
+def host(a, sample=None):
+    """A CuPy array or torch tensor (rows ``sample`` of it) as a float64 NumPy array."""
+    if sample is not None:
+        a = a[sample.tolist()] if hasattr(a, "detach") else a[sample]
+    if hasattr(a, "detach"):  # torch: bfloat16 has no NumPy type
+        return a.detach().float().cpu().numpy().astype(np.float64)
+    return (a.get() if hasattr(a, "get") else np.asarray(a)).astype(np.float64)
+
+
+def fwd_errors(out, ref):
+    """max abs / rel error of a forward's sampled rows against the float64 reference."""
+    e = bench.errors(host(out), ref)
+    return {"max_abs_err": e["max_abs_err"], "max_rel_err": e["max_rel_err"]}
+
+
+def bwd_reference(cp, kind, dy, x, w, mean, rstd, sample):
+    """float64 references of a backward: dx on the sampled rows (cuflash.reference, given the saved float32
+    statistics, as the op takes them), dweight and dbias over every row (on the GPU in float64: the sums need all
+    rows)."""
+    from cuflash import reference
+
+    m = None if mean is None else mean[sample].get()
+    if kind == "layer":
+        dx = reference.layer_norm_backward(dy[sample].get(), x[sample].get(), w.get(), m, rstd[sample].get())[0]
+    else:
+        dx = reference.rms_norm_backward(dy[sample].get(), x[sample].get(), w.get(), rstd[sample].get())[0]
+    d64 = dy.astype(cp.float64)
+    xhat = x.astype(cp.float64)
+    if mean is not None:
+        xhat -= mean.astype(cp.float64)[:, None]
+    xhat *= rstd.astype(cp.float64)[:, None]
+    dw = (d64 * xhat).sum(0).get()
+    db = d64.sum(0).get() if kind == "layer" else None
+    del d64, xhat
+    return dx, dw, db
+
+
+def bwd_errors(grads, ref, sample):
+    """A backward's errors: dx's max abs / rel error on the sampled rows (``max_abs_err``, ``max_rel_err``) and
+    dweight's / dbias's max abs error over all columns relative to the reference's largest magnitude
+    (``dweight_rel_err``, ``dbias_rel_err``: sums over every row, their scale grows with the rows)."""
+    dx_ref, dw_ref, db_ref = ref
+    e = bench.errors(host(grads[0], sample), dx_ref)
+    out = {"max_abs_err": e["max_abs_err"], "max_rel_err": e["max_rel_err"]}
+    for name, g, r in (("dweight", grads[1], dw_ref), ("dbias", grads[2] if len(grads) > 2 else None, db_ref)):
+        if g is not None and r is not None:
+            d = np.abs(host(g) - r)
+            out[f"{name}_rel_err"] = float(np.max(np.where(np.isfinite(d), d, np.inf))) / max(
+                float(np.abs(r).max()), 1e-30)
+    return out
 
 
 def to_dtype(cp, a32, dt):
@@ -124,7 +185,7 @@ def main(argv=None):
         rows = doc["rows"]
         copy_gbps = doc["meta"].get("copy_GBps") or max(r["GBps"] for r in rows if r["impl"] == "copy")
         plot(rows, copy_gbps, None, list(dict.fromkeys(r["kind"] for r in rows)),
-             list(dict.fromkeys(r["op"] for r in rows)))
+             list(dict.fromkeys(r["op"] for r in rows)), a.plot)
         return 0
     if not bench.has_gpu():
         print("norm_sweep: no CUDA device visible to CuPy; nothing to measure (run it on the GPU machine)")
@@ -175,9 +236,11 @@ def main(argv=None):
             sample = np.unique(np.r_[0, tokens - 1, np.arange(1, tokens, max(1, tokens // 6))])
             xs, rsm, ws, bs = x[sample].get(), r[sample].get(), w.get(), b.get()
             tx = tr = tdy = tw = tb = None
+            shared = False  # the peers read cuflash's inputs (their errors are then measured too)
             if th is not None:
                 try:
                     tx, tr, tdy, tw, tb = (th.from_dlpack(v) for v in (x, r, dy, w, b))
+                    shared = True
                 except Exception:  # pragma: no cover - DLPack without bfloat16: same-size data made by torch
                     tdt = th.bfloat16 if dt == _dtypes.bfloat16 else th.float32
                     tx, tr, tdy = (th.randn(tokens, hidden, device="cuda", dtype=tdt) for _ in range(3))
@@ -199,35 +262,42 @@ def main(argv=None):
                     else:
                         nbytes = bwd_bytes(tokens, hidden, dt, kind)
                     impls = {}
-                    err = None
+                    errs = {}  # impl -> {"max_abs_err": ..., ...} against float64 (bwd: dx, dweight, dbias)
                     if op == "fwd":
                         impls["cuflash"] = lambda: fn(x, hidden, *wb, eps)
                         ref = (reference.layer_norm(xs, (hidden,), ws, bs, eps) if kind == "layer"
                                else reference.rms_norm(xs, (hidden,), ws, eps))[0]
-                        err = bench.errors(impls["cuflash"]()[sample], ref)["max_abs_err"]
+                        errs["cuflash"] = fwd_errors(impls["cuflash"]()[sample], ref)
                     elif op == "fwd_res":
                         impls["cuflash"] = lambda: fn(x, hidden, *wb, eps, residual=r)
                         hs = (xs.astype(np.float32) + rsm.astype(np.float32)).astype(dt)
                         ref = (reference.layer_norm(hs, (hidden,), ws, bs, eps) if kind == "layer"
                                else reference.rms_norm(hs, (hidden,), ws, eps))[0]
-                        err = bench.errors(impls["cuflash"]()[0][sample], ref)["max_abs_err"]
+                        errs["cuflash"] = fwd_errors(impls["cuflash"]()[0][sample], ref)
                     else:
                         if kind == "layer":
                             impls["cuflash"] = lambda: cuflash.layer_norm_backward(dy, x, w, mean, rstd)
                         else:
                             impls["cuflash"] = lambda: cuflash.rms_norm_backward(dy, x, w, rstd)
+                        ref = bwd_reference(cp, kind, dy, x, w, mean, rstd, sample)
+                        errs["cuflash"] = bwd_errors(impls["cuflash"](), ref, sample)
                     impls["copy"] = None
                     if th is not None:
                         F = th.nn.functional
                         if op == "fwd":
                             impls["torch"] = ((lambda: F.layer_norm(tx, (hidden,), tw, tb, eps)) if kind == "layer"
                                               else (lambda: F.rms_norm(tx, (hidden,), tw, eps)))
+                            errs["torch"] = fwd_errors(host(impls["torch"](), sample), ref) if shared else {}
                             if tri is not None:
                                 ty = th.empty_like(tx)
                                 impls["triton"] = (lambda ty=ty: tri(kind, tx, tw, tb, ty, eps))
+                                if shared:
+                                    impls["triton"]()
+                                    errs["triton"] = fwd_errors(host(ty, sample), ref)
                         elif op == "fwd_res":
                             impls["torch"] = ((lambda: F.layer_norm(tx + tr, (hidden,), tw, tb, eps)) if kind == "layer"
                                               else (lambda: F.rms_norm(tx + tr, (hidden,), tw, eps)))
+                            errs["torch"] = fwd_errors(host(impls["torch"](), sample), ref) if shared else {}
                         else:
                             txg = tx.detach().requires_grad_(True)
                             twg = tw.detach().requires_grad_(True)
@@ -237,6 +307,7 @@ def main(argv=None):
                             params = (txg, twg, tbg) if kind == "layer" else (txg, twg)
                             impls["torch"] = (lambda yg=yg, params=params:
                                               th.autograd.grad(yg, params, tdy, retain_graph=True))
+                            errs["torch"] = bwd_errors(impls["torch"](), ref, sample) if shared else {}
                     res = {}
                     for name, f in impls.items():
                         try:
@@ -259,8 +330,7 @@ def main(argv=None):
                         for peer in ("torch", "triton"):
                             if name == "cuflash" and peer in res:
                                 row[f"speed_vs_{peer}"] = res[peer] / ms
-                        if name == "cuflash" and err is not None:
-                            row["max_abs_err"] = err
+                        row.update(errs.get(name, {}))
                         rows_out.append(row)
                     c = res.get("cuflash")
                     if c:
@@ -275,7 +345,7 @@ def main(argv=None):
                     "time of a copy of the op's bytes / the op's time"}
     path = bench.write_results(a.name, rows_out, meta)
     print("wrote", path)
-    plot(rows_out, copy_gbps, dtypes, kinds, ops)
+    plot(rows_out, copy_gbps, dtypes, kinds, ops, a.plot)
     return 0
 
 
@@ -291,7 +361,7 @@ IMPL_STYLE = {
 }
 
 
-def plot(rows, copy_gbps, dtypes, kinds, ops):
+def plot(rows, copy_gbps, dtypes, kinds, ops, stem="norm_bandwidth"):
     """GB/s against hidden, one panel per (dtype, op); ``dtypes`` is unused (the rows name them)."""
     import matplotlib
 
@@ -337,9 +407,9 @@ def plot(rows, copy_gbps, dtypes, kinds, ops):
                  "all panels)")
     fig.tight_layout(rect=(0, 0.6 / (3.6 * len(dnames) + 0.6), 1, 1))
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(bench.PLOTS / "norm_bandwidth.png", dpi=120)
+    fig.savefig(bench.PLOTS / f"{stem}.png", dpi=120)
     plt.close(fig)
-    print("wrote", bench.PLOTS / "norm_bandwidth.png")
+    print("wrote", bench.PLOTS / f"{stem}.png")
 
 
 if __name__ == "__main__":

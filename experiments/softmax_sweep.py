@@ -1,15 +1,18 @@
-"""Softmax bandwidth sweep: rows x cols at about 256 MiB of input, 1K <= cols <= 1M, float32/float16/bfloat16,
-each cuflash method (online, safe, naive), with the peers timed in the same run: torch.softmax,
-cupyx.scipy.special.softmax, a plain Triton row softmax (the kernel of shared/anchors/triton_probe.py, copied
-below) and a device-to-device copy (the ceiling); and log_softmax (cuflash online, torch.log_softmax; --no-log
-leaves it out).
+"""Softmax bandwidth sweep: rows x cols at about 256 MiB of input, cuflash against torch, cupyx, Triton and a copy.
+
+Row lengths 1K <= cols <= 1M, float32 / float16 / bfloat16, each cuflash method (online, safe, naive), with the
+peers timed in the same run: torch.softmax, cupyx.scipy.special.softmax, a plain Triton row softmax (the kernel of
+shared/anchors/triton_probe.py, copied below) and a device-to-device copy (the ceiling); and log_softmax (cuflash
+online, torch.log_softmax; --no-log leaves it out).
 
 GB/s counts the bytes a softmax must move at the least: the input read once and the output written once
 (2·rows·cols·itemsize), whatever the method really moves (safe reads 3x, stream-path online 2x). Errors are
 max relative errors against float64 scipy on the first rows. Also measured: host overhead per call on a small
 input (8 x 1024 float32, 2000 calls, one sync).
 
-Writes experiments/results/softmax_sweep.{json,csv} and plots/softmax_bandwidth.png.
+Writes experiments/results/softmax_sweep.{json,csv} and plots/softmax_bandwidth.png; a --quick run (64 MiB,
+4 row lengths, 5 repetitions unless given) writes softmax_sweep_quick.{json,csv} and plots/softmax_sweep_quick.png,
+and a run under another --name writes <name>.{json,csv} and plots/<name>.png. Without a GPU: one line, exit 2.
 
     python experiments/softmax_sweep.py [--quick] [--mib 256] [--cols 1024,...] [--dtypes float32,...]
 """
@@ -17,11 +20,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
+    sys.path.insert(0, str(ROOT / "experiments"))
 
-from cuflash import bench, reference
-from cuflash import _dtypes
+from _common import (  # noqa: E402
+    default_help, fill_defaults, int_list, name_list, nonnegative_int, positive_int, run_names)
+
+import numpy as np  # noqa: E402
+
+from cuflash import bench, reference  # noqa: E402
+from cuflash import _dtypes  # noqa: E402
 
 sm = importlib.import_module("cuflash.softmax")
 
@@ -35,22 +49,32 @@ TUNE = [{"chunk_slots": 4096}, {"lag": 132}, {"lag": 528}, {"lag": 1056}, {"chun
         {"path": "cluster", "cluster": 8}]  # a one-row-per-program kernel: the row must fit on chip
 
 
+DTYPES = ("float32", "float16", "bfloat16")
+FULL = {"mib": 256, "cols": ",".join(map(str, COLS)), "rep": 20}
+QUICK = {"mib": 64, "cols": "1024,16384,65536,1048576", "rep": 5}
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mib", type=int, default=256, help="input size per shape in MiB")
-    ap.add_argument("--cols", default=",".join(map(str, COLS)))
-    ap.add_argument("--dtypes", default="float32,float16,bfloat16")
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--mib", type=positive_int, help=default_help("input size per shape in MiB", "mib", FULL, QUICK))
+    ap.add_argument("--cols", type=int_list, help=default_help("row lengths", "cols", FULL, QUICK))
+    ap.add_argument("--dtypes", type=name_list(DTYPES), default=",".join(DTYPES),
+                    help=f"comma-separated, of {', '.join(DTYPES)} (default all)")
+    ap.add_argument("--methods", type=name_list(METHODS), default=",".join(METHODS),
+                    help=f"comma-separated cuflash methods, of {', '.join(METHODS)} (default all)")
+    ap.add_argument("--rep", type=positive_int, help=default_help("timed repetitions", "rep", FULL, QUICK))
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
     ap.add_argument("--no-peers", action="store_true", help="skip torch / cupyx / triton")
     ap.add_argument("--no-log", action="store_true", help="skip log_softmax (cuflash and torch)")
-    ap.add_argument("--quick", action="store_true", help="64 MiB, 4 row lengths, 5 repetitions")
-    ap.add_argument("--name", default="softmax_sweep")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --mib, --cols, --rep (not what is given); writes "
+                         "softmax_sweep_quick unless --name")
+    ap.add_argument("--name", default=None,
+                    help="results file stem (default softmax_sweep; softmax_sweep_quick with --quick); the plot "
+                         "is plots/softmax_bandwidth.png for softmax_sweep, else plots/<name>.png")
     ap.add_argument("--tune", action="store_true", help="also time the online method under other partitions")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.mib, a.rep, a.cols = 64, 5, "1024,16384,65536,1048576"
+    a = fill_defaults(ap.parse_args(argv), FULL, QUICK)
+    a.plot = run_names(a, "softmax_sweep", "softmax_bandwidth")
     return a
 
 
@@ -118,8 +142,17 @@ def host_overhead(torch):
     return {name: bench.host_us_per_call(f) for name, f in fns.items()}
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     a = parse_args(argv)
+    if not bench.has_gpu():
+        print("softmax_sweep: no CUDA device visible to CuPy; nothing to measure (run it on the GPU machine)")
+        return 2
+    run(a)
+    return 0
+
+
+def run(a):
+    """The sweep of ``a`` (parse_args's namespace): writes the results and the plot, returns the rows."""
     import cupy as cp
 
     try:
@@ -213,7 +246,7 @@ def main(argv=None):
     path = bench.write_results(a.name, rows_out, meta)
     print("wrote", path)
     _table(rows_out)
-    plot(rows_out, copy_gbps, bench.PLOTS / "softmax_bandwidth.png")
+    plot(rows_out, copy_gbps, bench.PLOTS / f"{a.plot}.png", a.mib)
     return rows_out
 
 
@@ -257,7 +290,7 @@ def _table(rows):
                       "".join(f"{vals[c]:9.0f}" if vals.get(c) else f"{'-':>9s}" for c in cols))
 
 
-def plot(rows, copy_gbps, path):
+def plot(rows, copy_gbps, path, mib=256):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -280,7 +313,7 @@ def plot(rows, copy_gbps, path):
     ax.axhline(copy_gbps, color="k", lw=1.5, label=f"device copy {copy_gbps:.0f} GB/s")
     ax.axhline(0.9 * copy_gbps, color="k", lw=0.8, ls="--", label="90% of copy (target)")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("row length (columns); rows = 256 MiB / (cols x itemsize)")
+    ax.set_xlabel(f"row length (columns); rows = {mib} MiB / (cols x itemsize)")
     ax.set_ylabel("GB/s (bytes read + written once)")
     env = bench.environment()
     ax.set_title(f"Row softmax bandwidth on {env.get('gpu')} (cuflash {env.get('commit')})")
@@ -293,4 +326,4 @@ def plot(rows, copy_gbps, path):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,7 +16,10 @@ Without a GPU (or with ``--predict``) it writes the model-only PREDICTED version
 instantiated (Br, Bc, warps) that fits ``--gpu``'s shared memory, at its roofline-predicted time
 (``cuflash.gpus.predict_time_s``: max(modeled bytes / copy bandwidth, FLOPs / matmul peak) from the GPU table),
 to attention_tile_sweep_predicted.json|csv and plots/attention_tile_sweep_predicted.png. Without a GPU the exit
-status stays 2 (no measurement was made); with an explicit ``--predict`` it is 0.
+status stays 2 (no measurement was made) and, unless ``--out`` names a folder, those files go to a new temporary
+folder (the committed ones are left alone); with an explicit ``--predict`` the exit status is 0 and they go to
+experiments/results (or ``--out``). A ``--quick`` run is named attention_tile_sweep_quick (results and plot)
+unless ``--name`` is given, so it never replaces the full run's files.
 
     python experiments/tile_sweep.py                    # batch 4, heads 16, seqlen 4096, head_dim 64 and 128, bf16
     python experiments/tile_sweep.py --quick            # smoke size
@@ -44,9 +47,14 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_replot_arg, load_results, output_dirs, pyplot, sample_ref, save_figure  # noqa: E402
+from _common import (  # noqa: E402
+    add_replot_arg, default_help, fill_defaults, load_results, nonnegative_int, output_dirs, positive_int, pyplot,
+    run_names, sample_ref, save_figure, scratch_out)
 
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
+FULL = {"batch": 4, "heads": 16, "seqlen": 4096, "rep": 30, "warmup": 5}
+QUICK = {"batch": 1, "heads": 4, "seqlen": 1024, "rep": 20, "warmup": 2}
+MIN_REP = 20  # medians of at least this many launches
 
 
 def model_bytes(batch, heads, seqlen, head_dim, Br, Bc, dtype, causal):
@@ -68,32 +76,42 @@ def model_bytes(batch, heads, seqlen, head_dim, Br, Bc, dtype, causal):
 def parse_args(argv):
     from cuflash._attn_common import NATIVE_HEAD_DIMS
 
-    ap = argparse.ArgumentParser(prog="cuflash sweep", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--batch", type=int, default=4, help="batch size")
-    ap.add_argument("--heads", type=int, default=16, help="attention heads")
-    ap.add_argument("--seqlen", type=int, default=4096, help="seqlen_q = seqlen_k")
+    # argparse's prog: the script's file name, or "cuflash sweep" when cuflash/cli.py runs it (sets sys.argv[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=positive_int, help=default_help("batch size", "batch", FULL, QUICK))
+    ap.add_argument("--heads", type=positive_int, help=default_help("attention heads", "heads", FULL, QUICK))
+    ap.add_argument("--seqlen", type=positive_int, help=default_help("seqlen_q = seqlen_k", "seqlen", FULL, QUICK))
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], choices=NATIVE_HEAD_DIMS,
-                    metavar="HEAD_DIM", help=f"head_dims to sweep, each of {NATIVE_HEAD_DIMS}")
+                    metavar="HEAD_DIM", help=f"head_dims to sweep, each of {NATIVE_HEAD_DIMS} (default 64 128)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"],
-                    help="the swept tiles are instantiated for bfloat16; float16 times the default tile only")
+                    help="the swept tiles are instantiated for bfloat16; float16 times the default tile only "
+                         "(default bfloat16)")
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--rep", type=int, default=30, help="timed repetitions (median reported, >= 20)")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed calls before the timed ones")
+    ap.add_argument("--rep", type=positive_int,
+                    help=default_help(f"timed repetitions, median reported (fewer than {MIN_REP} are raised to "
+                                      f"{MIN_REP}, said when it happens)", "rep", FULL, QUICK))
+    ap.add_argument("--warmup", type=nonnegative_int,
+                    help=default_help("untimed calls before the timed ones", "warmup", FULL, QUICK))
     ap.add_argument("--ncu", action="store_true", help="also measure DRAM bytes with Nsight Compute")
-    ap.add_argument("--quick", action="store_true", help="smoke size: batch 1, heads 4, seqlen 1024, rep 20")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --batch, --heads, --seqlen, --rep, --warmup (not what "
+                         "is given); results and plot named attention_tile_sweep_quick unless --name")
     ap.add_argument("--single", default=None, help=argparse.SUPPRESS)  # "d,Br,Bc,warps": one launch (ncu)
-    ap.add_argument("--name", default="attention_tile_sweep", help="results/plot file stem")
+    ap.add_argument("--name", default=None,
+                    help="results/plot file stem (default attention_tile_sweep; attention_tile_sweep_quick with "
+                         "--quick); _predicted is appended for the model-only sweep")
     ap.add_argument("--predict", action="store_true", help="model only (no GPU use): roofline-predicted times")
-    ap.add_argument("--gpu", default="H200", help="GPU table entry for predicted times (H200, H100, A100)")
-    ap.add_argument("--out", default=None, help="results folder (default experiments/results); plots go to "
-                                                "OUT/plots unless --plots")
+    ap.add_argument("--gpu", default="H200", help="GPU table entry for predicted times: H200 (default), H100, A100")
+    ap.add_argument("--out", default=None, help="results folder (default experiments/results; without a GPU and "
+                                                "--predict a new temporary folder); plots go to OUT/plots unless "
+                                                "--plots")
     ap.add_argument("--plots", default=None, help="plots folder")
-    add_replot_arg(ap, "attention_tile_sweep (with --predict: attention_tile_sweep_predicted)")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.batch, a.heads, a.seqlen, a.rep, a.warmup = 1, 4, 1024, 20, 2
-    a.rep = max(a.rep, 20)
+    add_replot_arg(ap, "attention_tile_sweep (with --predict: attention_tile_sweep_predicted)", out=True)
+    a = fill_defaults(ap.parse_args(argv), FULL, QUICK)
+    run_names(a, "attention_tile_sweep", "attention_tile_sweep")
+    if a.rep < MIN_REP:
+        print(f"tile_sweep: --rep {a.rep} raised to {MIN_REP} (medians of at least {MIN_REP} launches)")
+        a.rep = MIN_REP
     return a
 
 
@@ -242,6 +260,8 @@ def main(argv=None) -> int:
             print("tile_sweep: no CUDA device visible (run on the GPU machine)")
         if a.single:
             return 2
+        if not a.predict:
+            scratch_out(a, "tile_sweep")
         plots = output_dirs(a)
         print(f"tile_sweep: writing the model-only PREDICTED sweep for {a.gpu} (no GPU measurement)")
         path, rows = run_predicted(a, plots)

@@ -25,7 +25,7 @@ E32 = float(np.finfo(np.float32).eps)
 
 
 # ------------------------------------------------------------------------------------------------------------
-# float64 references (the backward is derived here; reference.py has only the forwards)
+# float64 references (reference.py's forwards and backwards)
 def ref_forward(kind, h, weight=None, bias=None, eps=1e-5):
     """float64 (y, mean, rstd) over the last dim of a 2-D ``h`` (mean is None for RMSNorm)."""
     h = np.asarray(h, np.float64)
@@ -37,19 +37,11 @@ def ref_forward(kind, h, weight=None, bias=None, eps=1e-5):
 
 
 def ref_backward(kind, dy, x, weight, mean, rstd):
-    """float64 gradients of y = norm(x) * w (+ b) given the saved statistics: (dx, dw, db)."""
-    dy = np.asarray(dy, np.float64)
-    x = np.asarray(x, np.float64)
-    r = np.asarray(rstd, np.float64)[:, None]
-    mu = np.asarray(mean, np.float64)[:, None] if kind == "layer" else 0.0
-    xhat = (x - mu) * r
-    g = dy * (np.asarray(weight, np.float64) if weight is not None else 1.0)
-    c2 = (g * xhat).mean(-1, keepdims=True)
+    """float64 gradients of y = norm(x) * w (+ b) given the saved statistics: (dx, dw, db) (reference.py's)."""
     if kind == "layer":
-        dx = r * (g - g.mean(-1, keepdims=True) - xhat * c2)
-    else:
-        dx = r * (g - xhat * c2)
-    return dx, (dy * xhat).sum(0), dy.sum(0)
+        return reference.layer_norm_backward(dy, x, weight, mean, rstd)
+    dx, dw = reference.rms_norm_backward(dy, x, weight, rstd)
+    return dx, dw, np.asarray(dy, np.float64).sum(0)
 
 
 def f32_forward(kind, h, weight=None, bias=None, eps=1e-5):

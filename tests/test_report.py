@@ -28,7 +28,8 @@ def _restore_results_dir():
     bench.RESULTS, bench.PLOTS = saved
 
 
-@pytest.mark.parametrize("name,stem", [("fig2", "fig2_predicted"), ("softmax_passes", "softmax_passes_predicted"),
+@pytest.mark.parametrize("name,stem", [("fig2", "fig2_quick_predicted"),  # a --quick run has its own name
+                                       ("softmax_passes", "softmax_passes_predicted"),
                                        ("norm_fusion", "norm_fusion_predicted"), ("roofline", "roofline_predicted")])
 def test_predicted_sweeps(tmp_path, name, stem):
     rc = _script(name).main(["--predict", "--quick", "--gpu", "H200", "--out", str(tmp_path)])
@@ -68,15 +69,31 @@ def test_report_reads_whatever_exists(tmp_path):
     assert "The table every kernel is judged by" in text
     assert "PREDICTED" in text
     assert "FlashAttention Fig. 2" in text and "Fused residual + norm" in text
-    assert "![fig2_predicted](plots/fig2_predicted.png)" in text
+    assert "![fig2_quick_predicted](plots/fig2_quick_predicted.png)" in text
     assert "broken.json" in text and "other kind" in text
     assert "GPU test records" in text and "tests/test_x.py::t" in text
 
 
-def test_report_on_missing_folder(tmp_path):
+def test_report_on_missing_folder(tmp_path, capsys):
+    """A results folder that does not exist: exit 2, a message naming it, no report written."""
     out = tmp_path / "R.md"
     assert _script("report").main(["--results", str(tmp_path / "nope"), "--plots", str(tmp_path / "nope"),
-                                   "--out", str(out)]) == 0
+                                   "--out", str(out)]) == 2
+    assert not out.exists()
+    assert f"no results folder {tmp_path / 'nope'}" in capsys.readouterr().err
+
+
+def test_cli_report_on_missing_folder(tmp_path, capsys):
+    from cuflash import cli
+
+    out = tmp_path / "R.md"
+    assert cli.main(["report", "--results", "/nonexistent/cuflash", "--out", str(out)]) == 2
+    assert not out.exists() and "no results folder" in capsys.readouterr().err
+
+
+def test_report_on_empty_folder(tmp_path):
+    out = tmp_path / "R.md"
+    assert _script("report").main(["--results", str(tmp_path), "--plots", str(tmp_path), "--out", str(out)]) == 0
     assert "No results" in out.read_text()
 
 
@@ -225,13 +242,14 @@ def test_report_labels_rows_without_kernel_or_shape(tmp_path):
     rows = [ln for ln in judged.splitlines() if ln.startswith("| ") and not ln.startswith("| source")]
     assert rows and all(ln.split("|")[2].strip() and ln.split("|")[3].strip() for ln in rows)  # kernel, shape
     assert "| attention fa2 128×64/4w (default) | B1 H4 N1024 d64 |" in judged
-    assert "speed_vs_default_tile=1" in judged and "attention_tile_sweep_predicted (PREDICTED)" in judged
+    # the --quick run's file (attention_tile_sweep_quick_predicted) is labelled as the tile sweep's
+    assert "speed_vs_default_tile=1" in judged and "attention_tile_sweep_quick_predicted (PREDICTED)" in judged
     assert "| attention fa2 128x64/4w causal | B32 H32 N512 d64 |" in judged
     assert "| attention wgmma sm90 causal |" in judged and "speed_vs_torch_flash=0.79" in judged
     assert "| cuflash softmax online (warp) | 64x1024 |" in judged and "speed_vs_torch=2" in judged
     log_row = next(ln for ln in rows if "cuflash.log_softmax online (warp)" in ln)
     assert "speed_vs_torch=4" in log_row  # against torch.log_softmax (0.4 ms), not torch.softmax (0.2 ms)
-    assert "![attention_tile_sweep_predicted](plots/attention_tile_sweep_predicted.png)" in text
+    assert "![attention_tile_sweep_quick_predicted](plots/attention_tile_sweep_quick_predicted.png)" in text
 
 
 # ------------------------------------------------------------------------------------------ traffic_check (issue #7)

@@ -13,8 +13,8 @@ from cuflash import _dtypes, bench  # noqa: E402
 sm = importlib.import_module("cuflash.softmax")
 copy = sw.copy_bandwidth(256 << 20, 30)
 for dname, cols in (("bfloat16", 131072), ("float32", 65536)):
-    rows_sw = sw.main(["--cols", str(cols), "--dtypes", dname, "--methods", "online", "--no-peers", "--rep", "30",
-                       "--name", f"svp_{dname}_{cols}"])
+    rows_sw = sw.run(sw.parse_args(["--cols", str(cols), "--dtypes", dname, "--methods", "online", "--no-peers",
+                                    "--rep", "30", "--name", f"svp_{dname}_{cols}"]))
     r = [q for q in rows_sw if q["impl"] == "cuflash"][0]
     print("sweep main:", dname, cols, "ms %.4f frac %.3f (its copy %.0f)" % (r["ms"], r["frac_of_copy"], r["copy_GBps"]))
     dt = getattr(_dtypes, dname)
