@@ -20,7 +20,9 @@ Error columns (measured rows; batch 0, heads 0-1 against the float64 reference):
 ``max_rel_err`` = max|out - ref| / max|ref| (norm-wise: an element-wise ratio divides by near-zero reference
 entries and reads 50-80 for a correct kernel), ``mean_abs_err``, and ``out_rounding_abs_err`` = max|round(ref) -
 ref| with round() to the output dtype: the floor every implementation shares (with a float16 output the max abs
-error is usually this rounding, identical for all implementations; mean_abs_err still tells them apart).
+error is usually this rounding, identical for all implementations; mean_abs_err still tells them apart); beside
+``fwdbwd_ms``, ``bwd_max_abs_err`` = the max over dq, dk, dv of max|g - ref| and ``bwd_max_rel_err`` = that over
+the largest reference gradient (one backward from zero gradients, same slice).
 
     python experiments/fig2.py [--quick] [--predict] [--gpu H200] [--ncu auto|on|off] [--out DIR]
     python experiments/fig2.py --replot [--predict] [--out DIR]
@@ -199,6 +201,15 @@ def run_measured(a, plots):
     # the floor every implementation shares: the exact output rounded to the output dtype
     out_rounding = float(np.abs(ref.astype(np.dtype(dt)).astype(np.float64) - ref).max())
 
+    gref = reference.attention_backward(dout[:1, :2].get(), qs, ks, vs)  # dq, dk, dv of the same slice
+    gref_max = max(float(np.abs(g).max()) for g in gref)
+
+    def bwd_err(grads):
+        """The backward's errors on the slice: the max over dq, dk, dv of max|g - ref| (``bwd_max_abs_err``) and
+        that over the largest reference gradient (``bwd_max_rel_err``, norm-wise as the forward's)."""
+        e = max(bench.errors(g[:1, :2], r)["max_abs_err"] for g, r in zip(grads, gref))
+        return {"bwd_max_abs_err": e, "bwd_max_rel_err": e / gref_max}
+
     def err(out):
         """Errors of THIS output (batch 0, heads 0-1); relative error norm-wise: max|out-ref| / max|ref|
         (bench.errors' element-wise ratio divides by near-zero reference entries)."""
@@ -233,9 +244,10 @@ def run_measured(a, plots):
                 if what == "fa2":
                     def fb():
                         o, lse = cuflash.attention(q, k, v, return_lse=True)
-                        cuflash.attention_backward(dout, q, k, v, o, lse)
+                        return cuflash.attention_backward(dout, q, k, v, o, lse)
 
                     try:
+                        r.update(bwd_err(fb()))
                         r["fwdbwd_ms"] = bench.time_cuda(fb, warmup=a.warmup, rep=a.rep, flush=flush)["median_ms"]
                         r["gflops_fwdbwd"] = traffic.attention_flops(
                             a.batch, a.heads, a.seqlen, a.seqlen, a.head_dim, backward=True) / 1e9
@@ -264,6 +276,8 @@ def run_measured(a, plots):
                         o = F.scaled_dot_product_attention(gq, gk, gv)
                     o.backward(gdo)
 
+                tfb()  # one backward from zero gradients: its errors (the timed calls accumulate into .grad)
+                r.update(bwd_err([from_torch(torch, x.grad) for x in (gq, gk, gv)]))
                 r["fwdbwd_ms"] = bench.time_cuda(tfb, warmup=a.warmup, rep=a.rep, flush=flush)["median_ms"]
                 r["gflops_fwdbwd"] = traffic.attention_flops(a.batch, a.heads, a.seqlen, a.seqlen, a.head_dim,
                                                              backward=True,
@@ -394,7 +408,7 @@ def main(argv=None) -> int:
         path, rows = run_measured(a, plots)
     print_results(path, rows, ("figure", "impl", "Bc", "mode", "gflops_fwd", "hbm_gb_model", "hbm_gb_measured",
                                "measured_over_modeled", "fwd_ms", "fwdbwd_ms", "max_abs_err", "max_rel_err",
-                               "mean_abs_err"))
+                               "bwd_max_abs_err", "mean_abs_err"))
     return 0
 
 
