@@ -15,7 +15,7 @@ x = cp.random.standard_normal((8, 1024), dtype=cp.float32)
 w, b = cp.ones(1024, cp.float32), cp.zeros(1024, cp.float32)
 dy = cp.random.standard_normal((8, 1024), dtype=cp.float32)
 _, mean, rstd = cuflash.layer_norm(x, 1024, w, b, return_stats=True)
-_, (_, rrstd) = cuflash.rms_norm(x, 1024, w, return_stats=True)
+_, rrstd = cuflash.rms_norm(x, 1024, w, return_stats=True)
 CALLS = {
     "softmax": lambda: cuflash.softmax(x, axis=-1),
     "layer_norm": lambda: cuflash.layer_norm(x, 1024, w, b),
