@@ -1,6 +1,6 @@
 """Probe (#4, scratch): host work per call of the norm wrappers (small input, so the host is the limit):
 bench.host_us_per_call of layer_norm / rms_norm forward and backward, and softmax for scale, then a cProfile of
-2000 calls of each (top 12 by own time).
+2000 calls of each (top 12 by own time); time_cuda of each call beside (its GPU time).
     PYTHONPATH=. python experiments/scratch/norm_host_probe.py       (device)"""
 import cProfile
 import io
@@ -26,8 +26,9 @@ CALLS = {
     "rms_norm_backward": lambda: cuflash.rms_norm_backward(dy, x, w, rrstd),
 }
 for name, f in CALLS.items():
-    print(f"{name:<26} {bench.host_us_per_call(f):7.1f} us a call", flush=True)
-for name in ("rms_norm", "layer_norm_backward"):
+    print(f"{name:<26} {bench.host_us_per_call(f):7.1f} us a call (GPU time {1e3 * bench.time_cuda(f)['median_ms']:.1f} us)",
+          flush=True)
+for name in ("layer_norm", "rms_norm", "layer_norm_backward"):
     f = CALLS[name]
     pr = cProfile.Profile()
     pr.enable()
