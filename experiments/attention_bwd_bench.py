@@ -9,10 +9,12 @@ Each speed sits beside errors, so a fast wrong kernel shows: ``dq_err`` is the m
 float64 reference on 32 query rows × all heads of batch 0 (exact softmax of those rows), and ``d{q,k,v}_vs_flash``
 the max abs difference from torch FLASH's gradients (torch FLASH's own dq error is given too).
 
-Writes experiments/results/attention_bwd_bench.json|csv and plots/attention_bwd_tflops.png.
+Writes experiments/results/attention_bwd_bench.json|csv and plots/attention_bwd_tflops.png; a --quick run writes
+attention_bwd_bench_quick.json|csv and plots/attention_bwd_bench_quick.png (another --name: <name>.json|csv and
+plots/<name>.png). Without a GPU: one line, exit 2.
 
     python experiments/attention_bwd_bench.py            # full sweep
-    python experiments/attention_bwd_bench.py --quick    # head_dim 128, seqlen 1K and 4K, bf16, causal and not
+    python experiments/attention_bwd_bench.py --quick    # head_dim 128, seqlen 1K and 4K, bf16 (unless given)
 """
 from __future__ import annotations
 
@@ -29,24 +31,33 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_shape_args, half_to_torch, plot_tflops_grid, sdpa_peers  # noqa: E402
+from _common import (  # noqa: E402
+    add_shape_args, default_help, fill_defaults, half_to_torch, nonnegative_int, plot_tflops_grid, positive_int,
+    run_names, sdpa_peers)
 
 TOKENS, HIDDEN = 16384, 2048
+FULL = {"seqlens": [512, 1024, 2048, 4096, 8192, 16384], "head_dims": [64, 128], "dtypes": ["bfloat16", "float16"],
+        "rep": 30, "warmup": 5}
+QUICK = {"seqlens": [1024, 4096], "head_dims": [128], "dtypes": ["bfloat16"], "rep": 20, "warmup": 3}
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_shape_args(ap, [512, 1024, 2048, 4096, 8192, 16384])
+    add_shape_args(ap, FULL["seqlens"])
+    ap.set_defaults(seqlens=None, head_dims=None, dtypes=None)  # filled from FULL / QUICK below
     ap.add_argument("--deterministic", action="store_true", help="time the deterministic dQ path")
-    ap.add_argument("--rep", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rep", type=positive_int, help=default_help("timed launches", "rep", FULL, QUICK))
+    ap.add_argument("--warmup", type=nonnegative_int, help=default_help("untimed launches", "warmup", FULL, QUICK))
     ap.add_argument("--no-torch", action="store_true", help="skip the torch SDPA peers")
-    ap.add_argument("--quick", action="store_true", help="head_dim 128, seqlen 1K and 4K, bfloat16, rep 20")
-    ap.add_argument("--name", default="attention_bwd_bench")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.seqlens, a.head_dims, a.dtypes, a.rep, a.warmup = [1024, 4096], [128], ["bfloat16"], 20, 3
-    a.rep = max(a.rep, 20)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --seqlens (1024 4096), --head-dims (128), --dtypes "
+                         "(bfloat16), --rep (20) and --warmup (3), not what is given; writes attention_bwd_bench_quick "
+                         "unless --name")
+    ap.add_argument("--name", default=None,
+                    help="results file stem (default attention_bwd_bench; attention_bwd_bench_quick with --quick); "
+                         "the plot is plots/attention_bwd_tflops.png for attention_bwd_bench, else plots/<name>.png")
+    a = fill_defaults(ap.parse_args(argv), FULL, QUICK)
+    a.plot = run_names(a, "attention_bwd_bench", "attention_bwd_tflops")
     return a
 
 
@@ -208,8 +219,8 @@ def main(argv=None) -> int:
             "torch_flash_fwdbwd_tflops", "torch_flash_bwd_tflops", "torch_flash_dq_err", "torch_cudnn_fwdbwd_tflops",
             "ratio_fwdbwd_vs_flash", "dk_vs_flash", "dv_vs_flash"]
     print(bench.table(rows, cols))
-    plot(rows, bench.PLOTS / "attention_bwd_tflops.png")
-    print(f"wrote {path} and plots/attention_bwd_tflops.png")
+    plot(rows, bench.PLOTS / f"{a.plot}.png")
+    print(f"wrote {path} and {bench.PLOTS / (a.plot + '.png')}")
     return 0
 
 

@@ -10,10 +10,12 @@ The SASS evidence field (meta.sass) holds, for each default instantiation, ptxas
 (``_compile.compile_offline``) and the HGMMA / HMMA / local-memory instruction counts of the cubin (cuobjdump
 when it is on PATH or in the CUDA toolkit; otherwise the wgmma count of the PTX, marked as such).
 
-Writes experiments/results/attention_sm90_bench.json|csv and plots/attention_sm90_tflops.png.
+Writes experiments/results/attention_sm90_bench.json|csv and plots/attention_sm90_tflops.png; a --quick run writes
+attention_sm90_bench_quick.json|csv and plots/attention_sm90_bench_quick.png (another --name: <name>.json|csv and
+plots/<name>.png). Without a GPU (or off compute capability 9.0): one line, exit 2.
 
     python experiments/attention_sm90_bench.py            # full sweep (< 90 s on the H200)
-    python experiments/attention_sm90_bench.py --quick    # bf16, seqlen 2K and 16K
+    python experiments/attention_sm90_bench.py --quick    # bf16, seqlen 2K and 16K (unless given), all tiles
     python experiments/attention_sm90_bench.py --sass-only  # no GPU: SASS evidence of every instantiation
     CUFLASH_SM90_VARIANT=simple python experiments/...    # another default variant
 """
@@ -37,30 +39,39 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import add_shape_args, half_to_torch as to_torch, plot_tflops_grid, sample_ref, sdpa_peers  # noqa: E402
+from _common import (  # noqa: E402
+    add_shape_args, default_help, fill_defaults, half_to_torch as to_torch, nonnegative_int, plot_tflops_grid,
+    positive_int, run_names, sample_ref, sdpa_peers)
 
 TOKENS, HIDDEN = 16384, 2048
+FULL = {"seqlens": [2048, 4096, 8192, 16384], "dtypes": ["bfloat16", "float16"], "rep": 20, "warmup": 3}
+QUICK = {"seqlens": [2048, 16384], "dtypes": ["bfloat16"]}
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_shape_args(ap, [2048, 4096, 8192, 16384])
-    ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
+    add_shape_args(ap, FULL["seqlens"])
+    ap.set_defaults(seqlens=None, dtypes=None)  # filled from FULL / QUICK below
+    ap.add_argument("--rep", type=positive_int, help=default_help("timed launches", "rep", FULL, QUICK))
+    ap.add_argument("--warmup", type=nonnegative_int, help=default_help("untimed launches", "warmup", FULL, QUICK))
     ap.add_argument("--no-torch", action="store_true", help="skip the torch SDPA peers")
     ap.add_argument("--no-fa2", action="store_true", help="skip cuflash's FA-2 kernel")
     ap.add_argument("--no-variants", action="store_true",
                     help="time only the default variant (else also ws_nopp and simple, default tiles)")
     ap.add_argument("--all-tiles", action="store_true", help="also time every instantiated (Br, Bc, pv_n)")
-    ap.add_argument("--quick", action="store_true", help="bfloat16, seqlen 2K and 16K")
-    ap.add_argument("--name", default="attention_sm90_bench")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --seqlens (2048 16384) and --dtypes (bfloat16), not "
+                         "what is given, and turns on --all-tiles; writes attention_sm90_bench_quick unless --name")
+    ap.add_argument("--name", default=None,
+                    help="results file stem (default attention_sm90_bench; attention_sm90_bench_quick with --quick); "
+                         "the plot is plots/attention_sm90_tflops.png for attention_sm90_bench, else "
+                         "plots/<name>.png")
     ap.add_argument("--sass-only", action="store_true",
                     help="no GPU needed: compile every instantiation, write the SASS evidence "
                          "(experiments/results/attention_sm90_sass.json) and exit")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.seqlens, a.dtypes, a.all_tiles = [2048, 16384], ["bfloat16"], True
-    a.rep = max(a.rep, 20)
+    a = fill_defaults(ap.parse_args(argv), FULL, QUICK)
+    a.all_tiles = a.all_tiles or a.quick
+    a.plot = run_names(a, "attention_sm90_bench", "attention_sm90_tflops")
     return a
 
 
@@ -274,8 +285,8 @@ def main(argv=None) -> int:
     print(bench.table(rows, cols))
     for s in sass:
         print("SASS:", s)
-    plot(rows, bench.PLOTS / "attention_sm90_tflops.png")
-    print(f"wrote {path} and plots/attention_sm90_tflops.png")
+    plot(rows, bench.PLOTS / f"{a.plot}.png")
+    print(f"wrote {path} and {bench.PLOTS / (a.plot + '.png')}")
     return 0
 
 

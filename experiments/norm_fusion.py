@@ -6,7 +6,11 @@ A pre-norm transformer block computes ``h = x + residual`` and ``y = norm(h)``. 
 (``cuflash.traffic.norm_bytes``). The plain norm (2 passes) and torch (add + F.layer_norm / F.rms_norm,
 unfused) are timed beside them in the same run, with the copy bandwidth. Columns: latency, modeled GB/s, error
 against the float64 reference, speed-up of fused over unfused and the ratio to torch.
-Without a GPU (or with ``--predict``): the model only, roofline-predicted times, labelled PREDICTED.
+Without a GPU (or with ``--predict``): the model only, roofline-predicted times, labelled PREDICTED, in
+norm_fusion_predicted.json|csv and plots/norm_fusion_predicted.png: with ``--predict`` in experiments/results (or
+``--out``), without a GPU and without ``--predict`` in ``--out`` or a new temporary folder it names (never over the
+committed files). Exit status 0 either way. ``--quick`` changes the defaults of --shapes and --dtypes only (what is
+given is kept).
 
     python experiments/norm_fusion.py [--quick] [--predict] [--ncu auto|on|off] [--out DIR]
 """
@@ -23,33 +27,48 @@ if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also wh
     sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import (  # noqa: E402
-    from_torch, output_dirs, predicted_mode, predicted_watermark, print_results, pyplot, save_figure, to_torch)
+    default_help, fill_defaults, from_torch, name_list, nonnegative_int, output_dirs, positive_int, predicted_mode,
+    predicted_watermark, print_results, pyplot, save_figure, scratch_out, to_torch)
 
 import numpy as np  # noqa: E402
 
 from cuflash import bench, gpus, ncu, traffic  # noqa: E402
 
 VARIANTS = ("norm", "fused add+norm", "unfused add, norm", "torch add, norm")
+DTYPES = ("bfloat16", "float32", "float16", "float64")
+FULL = {"shapes": "16384x1024,16384x4096,8192x8192,4096x32768", "dtypes": "bfloat16,float32"}
+QUICK = {"shapes": "4096x1024,2048x4096", "dtypes": "bfloat16"}
+
+
+def shape_list(text):
+    """argparse type: comma-separated TOKENSxHIDDEN, both positive (``"4096x1024,2048x4096"``); kept as the string."""
+    import argparse
+
+    for s in text.split(","):
+        t = s.split("x")
+        if len(t) != 2 or not all(v.isdigit() and int(v) > 0 for v in t):
+            raise argparse.ArgumentTypeError(f"{text!r}: want comma-separated TOKENSxHIDDEN, e.g. 4096x1024")
+    return text
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="16384x1024,16384x4096,8192x8192,4096x32768", help="tokens x hidden")
-    ap.add_argument("--dtypes", default="bfloat16,float32")
-    ap.add_argument("--kinds", default="layer,rms")
-    ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="smoke size: 4096x1024 and 2048x4096, bfloat16")
+    ap.add_argument("--shapes", type=shape_list, help=default_help("tokens x hidden", "shapes", FULL, QUICK))
+    ap.add_argument("--dtypes", type=name_list(DTYPES),
+                    help=default_help(f"comma-separated, of {', '.join(DTYPES)}", "dtypes", FULL, QUICK))
+    ap.add_argument("--kinds", type=name_list(("layer", "rms")), default="layer,rms")
+    ap.add_argument("--rep", type=positive_int, default=20)
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --shapes (4096x1024,2048x4096) and --dtypes (bfloat16), "
+                         "not what is given")
     ap.add_argument("--predict", action="store_true")
     ap.add_argument("--gpu", default="H200")
     ap.add_argument("--ncu", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--plots", default=None)
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.shapes, a.dtypes = "4096x1024,2048x4096", "bfloat16"
-    return a
+    return fill_defaults(ap.parse_args(argv), FULL, QUICK)
 
 
 def model(variant, kind, tokens, hidden, dt):
@@ -189,7 +208,8 @@ def run(a, plots, predicted):
             r["speedup_vs_unfused"] = d["unfused add, norm"] / r["ms"]
         if r.get("ms") and d.get("torch add, norm"):
             r["speed_vs_torch"] = d["torch add, norm"] / r["ms"]
-    name = "norm_fusion_predicted" if predicted else "norm_fusion"
+    # a --quick run never replaces the committed full run's files: <name>_quick[_predicted]
+    name = "norm_fusion" + ("_quick" if a.quick else "") + ("_predicted" if predicted else "")
     meta = {"predicted": predicted, "copy_GBps": copy_gbps, "ncu": use_ncu, "args": vars(a),
             "note": "PREDICTED: time = modeled bytes / copy bandwidth" if predicted else
                     "GBps_model = cuflash.traffic.norm_bytes / time; copy measured in the same run"}
@@ -224,6 +244,8 @@ def plot(rows, path, label):
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
+    if not (a.predict or bench.has_gpu()):
+        scratch_out(a, "norm_fusion")
     plots = output_dirs(a)
     predicted = predicted_mode(a, f"norm_fusion: no CUDA device: model with roofline-predicted times for {a.gpu} "
                                   f"(PREDICTED)")

@@ -5,9 +5,10 @@ epsilon, decimal digits (p·log10 2) and dynamic range in decades — derived fr
 ``cuflash.numerics.format_info`` and cross-checked here against ``ml_dtypes.finfo`` / ``numpy.finfo``.
 The figure plots range (log2 of the smallest subnormal to log2 of the largest finite) against precision:
 bfloat16 keeps float32's range with 8 bits of precision; float16 trades range for 3 more bits.
-Pure CPU (no GPU needed).
+Pure CPU (no GPU needed). Writes experiments/results/numerics_formats.json|csv and plots/numerics_formats.png; a
+--quick run writes numerics_formats_quick (results and plot) and a run under --name <name>, never the committed files.
 
-    python experiments/numerics_formats.py [--quick]
+    python experiments/numerics_formats.py [--quick] [--name NAME]
     python experiments/numerics_formats.py --replot   # redraw plots/numerics_formats.png from the results JSON
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from _common import add_replot_arg, load_results  # noqa: E402
+from _common import add_replot_arg, load_results, run_names  # noqa: E402
 from cuflash import bench, numerics  # noqa: E402
 
 
@@ -35,11 +36,15 @@ def finfo(dt):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke size (the table is the same; kept for symmetry)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size (the table is the same; kept for symmetry): writes numerics_formats_quick")
+    ap.add_argument("--name", default=None,
+                    help="results and plot file stem (default numerics_formats; numerics_formats_quick with --quick)")
     add_replot_arg(ap, "numerics_formats")
     args = ap.parse_args(argv)
+    stem = run_names(args, "numerics_formats", "numerics_formats")
     if args.replot:
-        plot(load_results("numerics_formats")["rows"])
+        plot(load_results(args.name)["rows"], stem)
         return 0
     rows = []
     for name, dt in tqdm(list(numerics.FORMATS.items()), desc="formats"):
@@ -53,17 +58,17 @@ def main(argv=None):
                                           "range_decades", "has_inf")} | {"matches_finfo": bool(agree)})
     print(bench.table(rows, ["name", "bits", "exponent_bits", "mantissa_bits", "max", "smallest_normal",
                              "smallest_subnormal", "eps", "decimal_digits", "range_decades", "matches_finfo"]))
-    path = bench.write_results("numerics_formats", rows, {"source": "cuflash.numerics.format_info (bit layout)",
-                                                          "checked_against": "ml_dtypes.finfo / numpy.finfo"})
+    path = bench.write_results(args.name, rows, {"source": "cuflash.numerics.format_info (bit layout)",
+                                                 "checked_against": "ml_dtypes.finfo / numpy.finfo"})
     print("wrote", path)
-    plot(rows)
+    plot(rows, stem)
     if not all(r["matches_finfo"] for r in rows):
         print("MISMATCH against finfo:", [r["name"] for r in rows if not r["matches_finfo"]])
         return 1
     return 0
 
 
-def plot(rows):
+def plot(rows, stem="numerics_formats"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,7 +94,7 @@ def plot(rows):
     ax.set_ylim(1, 26)  # room for the labels of the top and bottom bars
     fig.tight_layout()
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
-    out = bench.PLOTS / "numerics_formats.png"
+    out = bench.PLOTS / f"{stem}.png"
     fig.savefig(out, dpi=130)
     plt.close(fig)
     print("wrote", out)

@@ -14,7 +14,10 @@ elements per thread (ept), threads per block, blocks per row, and the merge tree
 rows are datasets of growing condition number (x = z + mu with z of exact mean 0, so kappa ~ 0.8/|mu|).
 Expected: results differ bit for bit across partitions; all stay within the bound; errors grow with kappa.
 
-    python experiments/numerics_reduction_order.py [--quick] [--n N] [--dtypes float32,float16,bfloat16]
+Writes experiments/results/numerics_reduction_order.json|csv and plots/numerics_reduction_order.png; a --quick run
+writes numerics_reduction_order_quick (results and plot), a run under --name <name>. Without a GPU: one line, exit 2.
+
+    python experiments/numerics_reduction_order.py [--quick] [--n N] [--dtypes float32,float16,bfloat16] [--name NAME]
 """
 from __future__ import annotations
 
@@ -24,12 +27,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/_common.py
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.special  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from _common import name_list, positive_int, run_names  # noqa: E402
 from cuflash import bench  # noqa: E402
 
 U32 = 2.0 ** -24
@@ -65,10 +70,14 @@ def ulp_distance(a32, ref64):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke size: 2^16 elements, 54 partitions, float32")
-    ap.add_argument("--n", type=int, default=None, help="row length (default 2^20; 2^16 with --quick)")
-    ap.add_argument("--dtypes", default=None, help="comma list of input dtypes (default float32,float16,bfloat16)")
+    ap.add_argument("--n", type=positive_int, default=None, help="row length (default 2^20; 2^16 with --quick)")
+    ap.add_argument("--dtypes", type=name_list(tuple(DTYPES)), default=None,
+                    help="comma list of input dtypes (default float32,float16,bfloat16; float32 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default=None, help="results and plot file stem (default numerics_reduction_order; "
+                                                 "numerics_reduction_order_quick with --quick)")
     args = ap.parse_args(argv)
+    stem = run_names(args, "numerics_reduction_order", "numerics_reduction_order")
     if not bench.has_gpu():
         print("numerics_reduction_order: no CUDA device visible to CuPy; this experiment runs the GPU kernels (exit 2)")
         return 2
@@ -128,9 +137,9 @@ def main(argv=None):
     meta = {"n": n, "u": U32, "bound": "sum: gamma_{n-1}*kappa (relative); logsumexp: gamma_{n-1} + 8u|lse| (absolute)",
             "partition_params": ["ept", "threads", "blocks_per_row", "tree"], "summary": summary,
             "all_within_bound": ok}
-    path = bench.write_results("numerics_reduction_order", rows, meta)
+    path = bench.write_results(args.name, rows, meta)
     print("wrote", path)
-    plot(summary, hist, dts[0], data, n)
+    plot(summary, hist, dts[0], data, n, stem)
     return 0 if ok else 1
 
 
@@ -175,7 +184,7 @@ def production_lse(x, data, ref, bound, dname, rows, hist):
     return out
 
 
-def plot(summary, hist, dname, data, n):
+def plot(summary, hist, dname, data, n, stem="numerics_reduction_order"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -214,7 +223,7 @@ def plot(summary, hist, dname, data, n):
         ax.grid(alpha=0.3)
     fig.tight_layout()
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
-    out = bench.PLOTS / "numerics_reduction_order.png"
+    out = bench.PLOTS / f"{stem}.png"
     fig.savefig(out, dpi=120)
     print("wrote", out)
 

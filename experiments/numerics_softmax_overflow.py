@@ -14,7 +14,11 @@ Two backends:
 Reported: the first s where each (backend, dtype, method) gives inf/NaN, and max abs error against float64
 SciPy of the rounded input elsewhere.
 
-    python experiments/numerics_softmax_overflow.py [--quick] [--model-only]
+Writes experiments/results/numerics_softmax_overflow.json|csv and plots/numerics_softmax_overflow.png for the full
+run; a partial run gets its own name, never over the committed files: numerics_softmax_overflow_quick (--quick),
+numerics_softmax_overflow_model_only (--model-only, or no GPU), numerics_softmax_overflow_quick_model_only, or --name.
+
+    python experiments/numerics_softmax_overflow.py [--quick] [--model-only] [--name NAME]
 """
 from __future__ import annotations
 
@@ -23,11 +27,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/_common.py
 
 import numpy as np  # noqa: E402
 import scipy.special  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from _common import positive_int, run_names  # noqa: E402
 from cuflash import bench, numerics  # noqa: E402
 
 METHODS = ("naive", "safe", "online")
@@ -53,8 +59,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke size: rows of 256, 30 magnitudes")
     ap.add_argument("--model-only", action="store_true", help="NumPy emulation only (no GPU needed)")
-    ap.add_argument("--n", type=int, default=None, help="row length (default 1024; 256 with --quick)")
+    ap.add_argument("--n", type=positive_int, default=None, help="row length (default 1024; 256 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default=None, help="results and plot file stem (default: see above)")
     args = ap.parse_args(argv)
     n = args.n or (256 if args.quick else 1024)
     scales = np.logspace(-1, 5, 30 if args.quick else 97)
@@ -66,6 +73,7 @@ def main(argv=None):
     gpu = not args.model_only and bench.has_gpu()
     if not args.model_only and not gpu:
         print("numerics_softmax_overflow: no CUDA device visible to CuPy; running the NumPy model only")
+    stem = run_names(args, "numerics_softmax_overflow", "numerics_softmax_overflow", "" if gpu else "model_only")
     if gpu:
         import cupy as cp
 
@@ -100,17 +108,17 @@ def main(argv=None):
     summary = curves.pop("summary")
     print(bench.table(summary, ["backend", "dtype", "method", "first_nonfinite_scale", "largest_input_scale",
                                 "max_err_where_finite", "eps"]))
-    path = bench.write_results("numerics_softmax_overflow", rows, {"n": n, "summary": summary,
-                                                                   "input": "x = s*U(-1,1), max x = s"})
+    path = bench.write_results(args.name, rows, {"n": n, "summary": summary,
+                                                 "input": "x = s*U(-1,1), max x = s"})
     print("wrote", path)
-    plot(scales, curves, n)
+    plot(scales, curves, n, stem)
     safe_ok = all(s["first_nonfinite_scale"] is None for s in summary
                   if s["method"] != "naive" and not s["dtype"].startswith("float8"))
     print("safe and online never overflow where the input is finite:", safe_ok)
     return 0 if safe_ok else 1
 
 
-def plot(scales, curves, n):
+def plot(scales, curves, n, stem="numerics_softmax_overflow"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,7 +153,7 @@ def plot(scales, curves, n):
         ax.legend(fontsize=6, ncol=3, loc="lower right")
     fig.tight_layout()
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
-    out = bench.PLOTS / "numerics_softmax_overflow.png"
+    out = bench.PLOTS / f"{stem}.png"
     fig.savefig(out, dpi=120)
     print("wrote", out)
 

@@ -14,7 +14,11 @@ float16 arithmetic on float16 input to show what storage-precision statistics do
 With a GPU, ``cuflash.layer_norm(..., eps=0, return_stats=True)`` (float32 Welford) is measured on the same rows
 (var = 1/rstd^2). The model part runs on the CPU.
 
-    python experiments/numerics_variance.py [--quick] [--model-only]
+Writes experiments/results/numerics_variance.json|csv and plots/numerics_variance.png for the full run; a partial
+run gets its own name, never over the committed files: numerics_variance_quick (--quick), numerics_variance_model_only
+(--model-only, or no GPU), numerics_variance_quick_model_only, or --name.
+
+    python experiments/numerics_variance.py [--quick] [--model-only] [--name NAME]
     python experiments/numerics_variance.py --replot   # redraw plots/numerics_variance.png from the results JSON
 """
 from __future__ import annotations
@@ -29,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiments/_common.
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from _common import add_replot_arg, load_results  # noqa: E402
+from _common import add_replot_arg, load_results, positive_int, run_names  # noqa: E402
 from cuflash import bench, numerics  # noqa: E402
 
 METHODS = ("sumsq", "two_pass", "welford")
@@ -49,12 +53,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke size: rows of 256, 15 ratios, 2 repeats")
     ap.add_argument("--model-only", action="store_true", help="NumPy emulation only (no GPU needed)")
-    ap.add_argument("--n", type=int, default=None, help="row length (default 1024; 256 with --quick)")
+    ap.add_argument("--n", type=positive_int, default=None, help="row length (default 1024; 256 with --quick)")
     ap.add_argument("--seed", type=int, default=0)
-    add_replot_arg(ap, "numerics_variance")
+    ap.add_argument("--name", default=None, help="results and plot file stem (default: see above)")
+    add_replot_arg(ap, "numerics_variance (--quick, --model-only, --name: that run's file)")
     args = ap.parse_args(argv)
     if args.replot:
-        return replot()
+        stem = run_names(args, "numerics_variance", "numerics_variance", "model_only" if args.model_only else "")
+        return replot(args.name, stem)
     n = args.n or (256 if args.quick else 1024)
     reps = 2 if args.quick else 8
     ratios = np.logspace(0, 7, 15 if args.quick else 29)
@@ -68,6 +74,7 @@ def main(argv=None):
     if not args.model_only and not gpu:
         print("numerics_variance: no CUDA device visible to CuPy; running the NumPy model only "
               "(the cuflash.layer_norm curve needs a GPU)")
+    stem = run_names(args, "numerics_variance", "numerics_variance", "" if gpu else "model_only")
     jobs = [("model", i, a, m) for i, a in CASES for m in METHODS]
     if gpu:
         jobs += [("gpu", i, "float32", "layer_norm") for i in ("float32", "float16")]
@@ -106,16 +113,16 @@ def main(argv=None):
         summary.append({"curve": label, "first_ratio_err_over_1pct": float(ratios[over[0]]) if len(over) else None,
                         "err_at_ratio_1": float(w[0]), "err_at_ratio_1e4": float(w[np.argmin(np.abs(ratios - 1e4))])})
     print(bench.table(summary, ["curve", "first_ratio_err_over_1pct", "err_at_ratio_1", "err_at_ratio_1e4"]))
-    path = bench.write_results("numerics_variance", rows, {"n": n, "repeats": reps, "summary": summary,
-                                                           "input": "x = mu + z, z standardised (sigma = 1)"})
+    path = bench.write_results(args.name, rows, {"n": n, "repeats": reps, "summary": summary,
+                                                 "input": "x = mu + z, z standardised (sigma = 1)"})
     print("wrote", path)
-    plot(ratios, curves, n)
+    plot(ratios, curves, n, stem)
     return 0
 
 
-def replot():
-    """Redraw the figure from experiments/results/numerics_variance.json (curves rebuilt from its rows)."""
-    doc = load_results("numerics_variance")
+def replot(name, stem):
+    """Redraw the figure from experiments/results/<name>.json (curves rebuilt from its rows) into plots/<stem>.png."""
+    doc = load_results(name)
     rows = doc["rows"]
     ratios = np.array(sorted({r["mean_over_std"] for r in rows}))
     curves = {}
@@ -126,11 +133,11 @@ def replot():
     for (be, m, idt, adt), pts in curves.items():
         w = np.array([np.nan if pts.get(x) is None else pts[x] for x in ratios], dtype=np.float64)
         out[f"{be} {m} in={idt} arith={adt}"] = (be, m, idt, adt, w)
-    plot(ratios, out, doc["meta"].get("n") or rows[0]["n"])
+    plot(ratios, out, doc["meta"].get("n") or rows[0]["n"], stem)
     return 0
 
 
-def plot(ratios, curves, n):
+def plot(ratios, curves, n, stem="numerics_variance"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,7 +178,7 @@ def plot(ratios, curves, n):
               borderaxespad=0.0)
     fig.tight_layout()
     bench.PLOTS.mkdir(parents=True, exist_ok=True)
-    out = bench.PLOTS / "numerics_variance.png"
+    out = bench.PLOTS / f"{stem}.png"
     fig.savefig(out, dpi=120, bbox_inches="tight")  # keeps the legend outside the axes in the image
     plt.close(fig)
     print("wrote", out)

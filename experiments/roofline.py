@@ -6,7 +6,10 @@ measured in the same run: a large device-to-device copy (bytes read + written pe
 (torch 8192^3 when torch is present, else CuPy float16). Roofline model: Williams, Waterman & Patterson,
 "Roofline: an insightful visual performance model for multicore architectures" (CACM 2009).
 Without a GPU (or with ``--predict``): every point sits at its roofline-predicted throughput for ``--gpu``
-(datasheet ceilings, measured copy/matmul for the H200 from the anchors), labelled PREDICTED.
+(datasheet ceilings, measured copy/matmul for the H200 from the anchors), labelled PREDICTED, in
+roofline_predicted.json|csv and plots/roofline_predicted.png: with ``--predict`` in experiments/results (or
+``--out``), without a GPU and without ``--predict`` in ``--out`` or a new temporary folder it names (never over the
+committed files). Exit status 0 either way.
 
     python experiments/roofline.py [--quick] [--predict] [--gpu H200] [--ncu auto|on|off] [--out DIR]
 """
@@ -22,7 +25,9 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also when loaded from file)
     sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import output_dirs, predicted_mode, predicted_watermark, print_results, pyplot, save_figure  # noqa: E402
+from _common import (  # noqa: E402
+    nonnegative_int, output_dirs, positive_int, predicted_mode, predicted_watermark, print_results, pyplot,
+    save_figure, scratch_out)
 
 import numpy as np  # noqa: E402
 
@@ -31,8 +36,8 @@ from cuflash import bench, gpus, ncu, traffic  # noqa: E402
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rep", type=positive_int, default=20)
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
     ap.add_argument("--quick", action="store_true", help="smoke size: smaller inputs, no ncu unless --ncu on")
     ap.add_argument("--predict", action="store_true")
     ap.add_argument("--gpu", default="H200")
@@ -142,7 +147,8 @@ def run(a, plots, predicted):
                 r["error"] = f"{type(ex).__name__}: {ex}"[:300]
                 print(f"roofline: {name}: {r['error']}")
             rows.append(r)
-    name = "roofline_predicted" if predicted else "roofline"
+    # a --quick run never replaces the committed full run's files: <name>_quick[_predicted]
+    name = "roofline" + ("_quick" if a.quick else "") + ("_predicted" if predicted else "")
     meta = {"predicted": predicted, "copy_GBps": copy, "matmul_TFLOPs": mm, "matmul_how": how,
             "fp32_simt_TFLOPs_datasheet": g.fp32_TFLOPs, "args": vars(a),
             "note": "PREDICTED: each kernel at min(bytes/BW, flops/peak) from the GPU table" if predicted else
@@ -183,6 +189,8 @@ def plot(rows, copy_gbps, mm_tflops, fp32_tflops, path, label):
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
+    if not (a.predict or bench.has_gpu()):
+        scratch_out(a, "roofline")
     plots = output_dirs(a)
     predicted = predicted_mode(a, f"roofline: no CUDA device: roofline-predicted throughput for {a.gpu} "
                                   f"(PREDICTED)")

@@ -7,7 +7,11 @@ rows are split over blocks merging states through a workspace: 2 + workspace; ro
 Each row is timed with CUDA events (median, inputs ~L2-sized or larger rotated / flushed) and converted to
 *equivalent passes* = time x copy bandwidth / (elements x itemsize), the copy bandwidth measured in the same run:
 a schedule that is purely memory bound sits on its modeled pass count. torch.softmax is timed beside it.
-Without a GPU (or with ``--predict``): the model only, with roofline-predicted times (labelled PREDICTED).
+Without a GPU (or with ``--predict``): the model only, with roofline-predicted times (labelled PREDICTED), in
+softmax_passes_predicted.json|csv and plots/softmax_passes_predicted.png: with ``--predict`` in experiments/results
+(or ``--out``), without a GPU and without ``--predict`` in ``--out`` or a new temporary folder it names (never over
+the committed files). Exit status 0 either way. ``--quick`` changes the defaults of --elements, --cols and --dtypes
+only (what is given is kept).
 
 Measured DRAM bytes (``--ncu``; auto: on for a full run when Nsight Compute is found): the timing loop runs first
 and the results are written at once (so a run killed during profiling still leaves the timings); then every
@@ -34,7 +38,8 @@ if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also wh
     sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import (  # noqa: E402
-    output_dirs, predicted_mode, predicted_watermark, print_results, pyplot, save_figure, to_torch)
+    default_help, fill_defaults, int_list, name_list, nonnegative_int, output_dirs, positive_float, positive_int,
+    predicted_mode, predicted_watermark, print_results, pyplot, save_figure, scratch_out, to_torch)
 
 import numpy as np  # noqa: E402
 
@@ -47,30 +52,33 @@ METHODS = [("naive", "naive", None, "naive"),
            ("online (cuflash default)", "online", None, None)]
 
 
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+FULL = {"elements": 1 << 26, "cols": "1024,4096,16384,65536,262144,1048576", "dtypes": "float32,bfloat16,float16"}
+QUICK = {"elements": 1 << 22, "cols": "1024,16384,262144", "dtypes": "float32,bfloat16"}
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--elements", type=int, default=1 << 26, help="elements per input (rows x cols)")
-    ap.add_argument("--cols", default="1024,4096,16384,65536,262144,1048576")
-    ap.add_argument("--dtypes", default="float32,bfloat16,float16")
-    ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="smoke size: 4M elements, 3 row lengths, 2 dtypes")
+    ap.add_argument("--elements", type=positive_int,
+                    help=default_help("elements per input (rows x cols)", "elements", FULL, QUICK))
+    ap.add_argument("--cols", type=int_list, help=default_help("row lengths", "cols", FULL, QUICK))
+    ap.add_argument("--dtypes", type=name_list(DTYPES),
+                    help=default_help(f"comma-separated, of {', '.join(DTYPES)}", "dtypes", FULL, QUICK))
+    ap.add_argument("--rep", type=positive_int, default=20)
+    ap.add_argument("--warmup", type=nonnegative_int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: changes the defaults of --elements, --cols and --dtypes (not what is given)")
     ap.add_argument("--predict", action="store_true")
     ap.add_argument("--gpu", default="H200")
     ap.add_argument("--ncu", default="auto", choices=["auto", "on", "off"])
-    ap.add_argument("--ncu-timeout", type=float, default=180.0,
+    ap.add_argument("--ncu-timeout", type=positive_float, default=180.0,
                     help="seconds per ncu process before it is killed (the timings are kept)")
     ap.add_argument("--ncu-per-dtype", action="store_true",
                     help="one ncu process per dtype (results written after each) instead of one for all")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--plots", default=None)
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.elements = min(a.elements, 1 << 22)
-        a.cols = "1024,16384,262144"
-        a.dtypes = "float32,bfloat16"
-    return a
+    return fill_defaults(ap.parse_args(argv), FULL, QUICK)
 
 
 def _sm():
@@ -289,7 +297,8 @@ def run(a, plots, predicted):
         t = tref.get((r["dtype"], r["shape"]))
         if t and r.get("ms"):
             r["speed_vs_torch"] = t / r["ms"]
-    name = "softmax_passes_predicted" if predicted else "softmax_passes"
+    # a --quick run never replaces the committed full run's files: <name>_quick[_predicted]
+    name = "softmax_passes" + ("_quick" if a.quick else "") + ("_predicted" if predicted else "")
     meta = {"predicted": predicted, "copy_GBps": copy_gbps, "ncu": use_ncu, "args": vars(a),
             "gpu_table": g.name if predicted else None,
             "ncu_status": "pending: timings written, ncu not finished" if use_ncu else "off",
@@ -342,6 +351,8 @@ def plot(rows, path, label):
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
+    if not (a.predict or bench.has_gpu()):
+        scratch_out(a, "softmax_passes")
     plots = output_dirs(a)
     predicted = predicted_mode(a, f"softmax_passes: no CUDA device: model with roofline-predicted times for {a.gpu} "
                                   f"(PREDICTED)")

@@ -17,8 +17,10 @@ with a bf16 gradient and a bf16 model copy.
 Writes experiments/results/traffic_check.json|csv (GPU, commit, command in the environment) and
 plots/traffic_check.png (modeled and measured GB per kernel; measured against modeled, log-log, with y = x and
 the +-10 % band). Without a GPU or without ncu (or with ``--predict``) it writes the model alone, labelled
-PREDICTED, to traffic_check_predicted.json|csv and plots/traffic_check_predicted.png; the exit status is then 2
-(no measurement was made), 0 with an explicit ``--predict`` (as experiments/tile_sweep.py).
+PREDICTED, to traffic_check_predicted.json|csv and plots/traffic_check_predicted.png: with an explicit ``--predict``
+in experiments/results (or ``--out``) and exit status 0; without a GPU or ncu in ``--out`` or a new temporary folder
+it names (never into experiments/results) and exit status 2 (no measurement was made), as experiments/tile_sweep.py;
+when ncu is there but fails, the same place and exit status 1.
 
     python experiments/traffic_check.py [--quick] [--predict] [--gpu H200] [--out DIR] [--plots DIR]
     python experiments/traffic_check.py --replot [--predict]   # redraw the plot from the results JSON
@@ -38,7 +40,8 @@ if str(ROOT / "experiments") not in sys.path:  # experiments/_common.py (also wh
     sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import (  # noqa: E402
-    add_replot_arg, output_dirs, predicted_watermark, print_results, pyplot, replot_recorded, save_figure)
+    add_replot_arg, output_dirs, positive_float, predicted_watermark, print_results, pyplot, replot_recorded,
+    save_figure, scratch_out)
 
 import numpy as np  # noqa: E402
 
@@ -72,7 +75,7 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true", help="smoke size (inputs 4-32 MiB: L2 hides part of the traffic)")
     ap.add_argument("--predict", action="store_true", help="model only (no GPU, no ncu)")
     ap.add_argument("--gpu", default="H200", help="GPU table entry for the predicted mode (SMs, shared memory, cc)")
-    ap.add_argument("--timeout", type=float, default=540, help="seconds allowed for the one ncu process")
+    ap.add_argument("--timeout", type=positive_float, default=540, help="seconds allowed for the one ncu process")
     ap.add_argument("--out", default=None, help="results folder (default experiments/results); plots go to "
                                                 "OUT/plots unless --plots")
     ap.add_argument("--plots", default=None)
@@ -324,6 +327,9 @@ def run(a, plots, predicted):
             ncu_error = str(e)
             print(f"{NAME}: ncu failed, writing the model alone (PREDICTED); ncu said:\n{ncu_error[-1500:]}")
             predicted = True
+            if a.out is None:  # not over experiments/results
+                scratch_out(a, NAME)
+                plots = output_dirs(a)
     rows = [finish_row(dict(r, call=c), m, predicted, dev.name, dev.l2) for (r, c), m in zip(todo, meas)]
     name = f"{NAME}_predicted" if predicted else NAME
     meta = {"predicted": predicted, "gpu_table": dev.name if predicted else None,
@@ -403,9 +409,8 @@ def replot(a, plots) -> int:
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
-    plots = output_dirs(a)
     if a.replot:
-        return replot(a, plots)
+        return replot(a, output_dirs(a))
     forced = None
     if not a.predict:
         if not bench.has_gpu():
@@ -414,6 +419,8 @@ def main(argv=None) -> int:
             forced = f"{NAME}: ncu not found (or CUFLASH_NO_NCU set): writing the traffic model alone (PREDICTED)"
     if forced:
         print(forced)
+        scratch_out(a, NAME)
+    plots = output_dirs(a)
     path, rows, predicted = run(a, plots, predicted=a.predict or forced is not None)
     print_results(path, rows, ("kernel", "variant", "shape", "dtype", "modeled_gb", "measured_gb", "ratio", "flag",
                                "n_launches", "error"))

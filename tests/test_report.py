@@ -29,8 +29,9 @@ def _restore_results_dir():
 
 
 @pytest.mark.parametrize("name,stem", [("fig2", "fig2_quick_predicted"),  # a --quick run has its own name
-                                       ("softmax_passes", "softmax_passes_predicted"),
-                                       ("norm_fusion", "norm_fusion_predicted"), ("roofline", "roofline_predicted")])
+                                       ("softmax_passes", "softmax_passes_quick_predicted"),
+                                       ("norm_fusion", "norm_fusion_quick_predicted"),
+                                       ("roofline", "roofline_quick_predicted")])
 def test_predicted_sweeps(tmp_path, name, stem):
     rc = _script(name).main(["--predict", "--quick", "--gpu", "H200", "--out", str(tmp_path)])
     assert rc == 0
@@ -134,7 +135,7 @@ def _softmax_passes_timed_rows(mod, tmp_path):
     """Rows as the timing loop leaves them (from the predicted quick sweep, relabelled measured), a torch row per
     shape, and one cuflash row whose timing failed."""
     mod.main(["--predict", "--quick", "--out", str(tmp_path)])
-    rows = json.loads((tmp_path / "softmax_passes_predicted.json").read_text())["rows"]
+    rows = json.loads((tmp_path / "softmax_passes_quick_predicted.json").read_text())["rows"]
     out = []
     for r in rows:
         r = dict(r, mode="measured", ms=0.01)
