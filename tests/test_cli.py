@@ -2,7 +2,6 @@
 explicit flags, argument validation, the names a smoke run writes under, the no-GPU paths. Nothing is written
 into the checkout (results and plots are pointed at tmp_path)."""
 import ast
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -10,15 +9,13 @@ from pathlib import Path
 import pytest
 
 from cuflash import bench, cli
+from script_loader import load_script
 
 EXP = Path(__file__).resolve().parent.parent / "experiments"
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_cuflash_test_cli_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(name, "test_cli")
 
 
 @pytest.fixture(autouse=True)

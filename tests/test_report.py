@@ -1,22 +1,19 @@
 """The report and the predicted-mode (no GPU) sweeps: run on the CPU into a temporary folder (``--out``), so
 committed results are never overwritten; plus the ncu CSV parser and the measured/modeled comparison."""
 import importlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from cuflash import ncu
+from script_loader import load_script
 
 EXP = Path(__file__).resolve().parent.parent / "experiments"
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_cuflash_test_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(name, "test")
 
 
 @pytest.fixture(autouse=True)

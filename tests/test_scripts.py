@@ -1,7 +1,6 @@
 """The remaining experiment scripts' command lines on the CPU (as tests/test_cli.py for the sweeps): --quick keeps
 explicit flags, a smoke or model-only run never writes under the committed names, size/dtype flags are validated,
 a run without a GPU writes its prediction to --out or a temporary folder, never into experiments/results."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,16 +10,14 @@ from pathlib import Path
 import pytest
 
 from cuflash import bench, ncu
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 EXP = ROOT / "experiments"
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_cuflash_test_scripts_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(name, "test_scripts")
 
 
 @pytest.fixture(autouse=True)
