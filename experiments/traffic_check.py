@@ -20,10 +20,11 @@ the +-10 % band). Without a GPU or without ncu (or with ``--predict``) it writes
 PREDICTED, to traffic_check_predicted.json|csv and plots/traffic_check_predicted.png: with an explicit ``--predict``
 in experiments/results (or ``--out``) and exit status 0; without a GPU or ncu in ``--out`` or a new temporary folder
 it names (never into experiments/results) and exit status 2 (no measurement was made), as experiments/tile_sweep.py;
-when ncu is there but fails, the same place and exit status 1.
+when ncu is there but fails, the same place and exit status 1. A ``--quick`` run names its files
+traffic_check_quick[_predicted] (and its plot alike), never the committed full run's.
 
     python experiments/traffic_check.py [--quick] [--predict] [--gpu H200] [--out DIR] [--plots DIR]
-    python experiments/traffic_check.py --replot [--predict]   # redraw the plot from the results JSON
+    python experiments/traffic_check.py --replot [--predict] [--quick]   # redraw the plot from the results JSON
 """
 from __future__ import annotations
 
@@ -331,7 +332,7 @@ def run(a, plots, predicted):
                 scratch_out(a, NAME)
                 plots = output_dirs(a)
     rows = [finish_row(dict(r, call=c), m, predicted, dev.name, dev.l2) for (r, c), m in zip(todo, meas)]
-    name = f"{NAME}_predicted" if predicted else NAME
+    name = NAME + ("_quick" if a.quick else "") + ("_predicted" if predicted else "")  # --quick: never the committed
     meta = {"predicted": predicted, "gpu_table": dev.name if predicted else None,
             "tolerance": TOL, "args": vars(a), "ncu_error": ncu_error,
             "measured": "ncu dram__bytes_read.sum + dram__bytes_write.sum summed over the launches of each call "
@@ -403,8 +404,9 @@ def plot(rows, path, label):
 
 
 def replot(a, plots) -> int:
-    """Redraw plots/traffic_check.png (traffic_check_predicted.png with --predict) from the results JSON."""
-    return replot_recorded(a, plots, NAME, plot, "model", "measured with ncu")
+    """Redraw plots/traffic_check.png (traffic_check_predicted.png with --predict; traffic_check_quick*.png with
+    --quick) from the results JSON."""
+    return replot_recorded(a, plots, NAME + ("_quick" if a.quick else ""), plot, "model", "measured with ncu")
 
 
 def main(argv=None) -> int:

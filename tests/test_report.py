@@ -256,12 +256,12 @@ TRAFFIC_KERNELS = {"softmax", "log_softmax", "logsumexp", "layer_norm", "rms_nor
                    "adamw_step"}
 
 
-def test_traffic_check_predicted(tmp_path, capsys):
+def test_traffic_check_quick_predicted(tmp_path, capsys):
     """Model only (--predict): every kernel, its model from cuflash.traffic, PREDICTED labels, exit 0."""
     from cuflash import traffic
 
     assert _script("traffic_check").main(["--predict", "--quick", "--out", str(tmp_path)]) == 0
-    doc = json.loads((tmp_path / "traffic_check_predicted.json").read_text())
+    doc = json.loads((tmp_path / "traffic_check_quick_predicted.json").read_text())
     rows = doc["rows"]
     assert doc["meta"]["predicted"] is True and doc["environment"]["command"]
     assert {r["kernel"] for r in rows} == TRAFFIC_KERNELS
@@ -275,24 +275,24 @@ def test_traffic_check_predicted(tmp_path, capsys):
     bwd = next(r for r in rows if r["kernel"] == "attention_backward")
     bc = importlib.import_module("cuflash.attention_bwd").DEFAULT_BC[128]
     assert bwd["model_bytes"] == traffic.attention_backward_bytes(1, 8, 2048, 2048, 128, 64, bc, "bfloat16")
-    assert (tmp_path / "traffic_check_predicted.csv").is_file()
-    assert (tmp_path / "plots" / "traffic_check_predicted.png").stat().st_size > 1000
+    assert (tmp_path / "traffic_check_quick_predicted.csv").is_file()
+    assert (tmp_path / "plots" / "traffic_check_quick_predicted.png").stat().st_size > 1000
     assert not (tmp_path / "traffic_check.json").exists()
     # another GPU table: no wgmma row off Hopper
     assert _script("traffic_check").main(["--predict", "--quick", "--gpu", "A100", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "traffic_check_predicted.json").read_text())["rows"]
+    rows = json.loads((tmp_path / "traffic_check_quick_predicted.json").read_text())["rows"]
     assert not any(r["variant"].startswith("wgmma") for r in rows)
     # --replot redraws from the JSON alone
-    (tmp_path / "plots" / "traffic_check_predicted.png").unlink()
-    assert _script("traffic_check").main(["--replot", "--predict", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "plots" / "traffic_check_predicted.png").is_file()
+    (tmp_path / "plots" / "traffic_check_quick_predicted.png").unlink()
+    assert _script("traffic_check").main(["--replot", "--predict", "--quick", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "plots" / "traffic_check_quick_predicted.png").is_file()
 
 
 @pytest.mark.skipif(__import__("cuflash").bench.has_gpu(), reason="checks the no-GPU path")
 def test_traffic_check_without_gpu_exits_2(tmp_path, capsys):
     assert _script("traffic_check").main(["--quick", "--out", str(tmp_path)]) == 2
     assert "PREDICTED" in capsys.readouterr().out
-    assert json.loads((tmp_path / "traffic_check_predicted.json").read_text())["meta"]["predicted"] is True
+    assert json.loads((tmp_path / "traffic_check_quick_predicted.json").read_text())["meta"]["predicted"] is True
 
 
 def test_traffic_check_measured_path_and_report(tmp_path, monkeypatch):
@@ -326,14 +326,18 @@ def test_traffic_check_measured_path_and_report(tmp_path, monkeypatch):
     monkeypatch.setattr(ncu, "measure_many", fake_measure_many)
     assert mod.main(["--quick", "--out", str(res), "--plots", str(tmp_path / "plots")]) == 0
     assert seen == [len(model)]                                      # ONE ncu process for every kernel
-    rows = json.loads((res / "traffic_check.json").read_text())["rows"]
+    rows = json.loads((res / "traffic_check_quick.json").read_text())["rows"]
     assert all(r["mode"] == "measured" for r in rows)
     assert rows[0]["ratio"] == pytest.approx(1.02) and rows[0]["flag"] == "" and rows[0]["model_note"] == ""
     assert rows[1]["measured_gb"] is None and rows[1]["error"] == "RuntimeError: boom"
     assert rows[2]["ratio"] == pytest.approx(0.5) and rows[2]["flag"] == ">10%"
     assert rows[2]["model_note"] == "measured 0.50x model: " + mod.WHY["stream"][0]
     assert all(r["model_note"] for r in rows[2:])
-    assert (tmp_path / "plots" / "traffic_check.png").stat().st_size > 1000
+    assert (tmp_path / "plots" / "traffic_check_quick.png").stat().st_size > 1000
+    # the report's traffic section reads the full run's file: the quick run's, renamed as a full run's would be
+    for f in (res / "traffic_check_quick.json", res / "traffic_check_quick.csv",
+              tmp_path / "plots" / "traffic_check_quick.png"):
+        f.rename(f.with_name(f.name.replace("_quick", "")))
     out = tmp_path / "REPORT.md"
     assert _script("report").main(["--results", str(res), "--plots", str(tmp_path / "plots"), "--out", str(out)]) == 0
     text = out.read_text()

@@ -121,9 +121,8 @@ def test_softmax_passes_and_norm_fusion_quick_keep_explicit_flags():
 
 
 def _quick_stem(name):
-    """A --quick prediction's file stem: <name>_quick_predicted (never the committed <name>_predicted), except
-    traffic_check's, whose --quick only narrows the kernels it profiles."""
-    return "traffic_check_predicted" if name == "traffic_check" else f"{name}_quick_predicted"
+    """A --quick prediction's file stem: <name>_quick_predicted (never the committed <name>_predicted)."""
+    return f"{name}_quick_predicted"
 
 
 @pytest.mark.parametrize("name,rc", [("roofline", 0), ("softmax_passes", 0), ("norm_fusion", 0),
@@ -165,7 +164,7 @@ def test_traffic_check_ncu_failure_goes_to_a_temporary_folder_and_exits_1(tmp_pa
     assert mod.main(["--quick"]) == 1
     assert _files(committed) == []
     (scratch,) = (tmp_path / "tmp").glob("cuflash_traffic_check_*")
-    assert json.loads((scratch / "traffic_check_predicted.json").read_text())["meta"]["ncu_error"]
+    assert json.loads((scratch / "traffic_check_quick_predicted.json").read_text())["meta"]["ncu_error"]
 
 
 def test_traffic_check_predict_from_the_command_line_exits_0(tmp_path):
@@ -173,8 +172,8 @@ def test_traffic_check_predict_from_the_command_line_exits_0(tmp_path):
     p = subprocess.run([sys.executable, str(EXP / "traffic_check.py"), "--predict", "--quick", "--out",
                         str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    assert (tmp_path / "o" / "traffic_check_predicted.json").is_file()
-    assert (tmp_path / "o" / "plots" / "traffic_check_predicted.png").is_file()
+    assert (tmp_path / "o" / "traffic_check_quick_predicted.json").is_file()
+    assert (tmp_path / "o" / "plots" / "traffic_check_quick_predicted.png").is_file()
 
 
 # ------------------------------------------------------------------------------------------ numerics
