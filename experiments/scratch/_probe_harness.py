@@ -1,6 +1,10 @@
-"""Shared pieces of the new-user probes (newuser_probe.py, newuser_attn_probe.py, newuser_amp_probe.py): the
-step outcomes and how an unexpected exception is reported. Each probe keeps its own Check class (its steps record
-skips and deadlines differently)."""
+"""Shared pieces of the new-user probes (newuser_probe.py, newuser_attn_probe.py, newuser_amp_probe.py,
+newuser_tools_probe.py): the step outcomes, how an unexpected exception is reported, the GPU's name for the header
+line and the watchdog that ends a hung run. Each probe keeps its own Check class and check loop (their steps record
+skips, notes and deadlines differently)."""
+import os
+import threading
+import time
 import traceback
 
 
@@ -25,3 +29,29 @@ def exc_text(e, script):
     if len(msg) > 400:
         msg = msg[:400] + "..."
     return f"{type(e).__name__}: {msg} (at {' <- '.join(reversed(where[-3:]))})"
+
+
+def gpu_name(cp, with_cc=False):
+    """The current CUDA device's name (with its compute capability if ``with_cc``); raises what CuPy raises."""
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return name + (f" (compute capability {cp.cuda.Device().compute_capability})" if with_cc else "")
+
+
+def start_watchdog(t0, hard, state, counts, why="hung kernel or far too slow", on_abort=None, period=1.0):
+    """A daemon thread that ends the process (exit status 1) once ``hard`` seconds have passed since ``t0``: it
+    reports the running check (``state["name"]``, started at ``state["t"]``) as failed, calls ``on_abort()`` if
+    given, and prints the SUMMARY line from ``counts`` (PASS / FAIL / SKIP). Checked every ``period`` seconds."""
+    def watch():
+        while True:
+            time.sleep(period)
+            if time.time() - t0 > hard:
+                print(f"FAIL {state['name']}: still running {time.time() - state['t']:.0f} s into the check, "
+                      f"{time.time() - t0:.0f} s in all ({why}); watchdog exit", flush=True)
+                if on_abort is not None:
+                    on_abort()
+                print(f"SUMMARY: {counts['PASS']} passed, {counts['FAIL'] + 1} failed, {counts['SKIP']} skipped "
+                      f"(aborted by the watchdog)", flush=True)
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()

@@ -31,7 +31,6 @@ import contextlib
 import math
 import os
 import sys
-import threading
 import time
 import zlib
 
@@ -68,7 +67,7 @@ U32 = 2.0 ** -24
 BIG = (1 << 20) + 3  # > 2^20 elements
 
 
-from _probe_harness import Fail, Skip, exc_text  # noqa: E402  (experiments/scratch)
+from _probe_harness import Fail, Skip, exc_text, gpu_name, start_watchdog  # noqa: E402  (experiments/scratch)
 
 # ------------------------------------------------------------------------------------------------------------
 # harness (as experiments/scratch/newuser_probe.py)
@@ -1595,8 +1594,7 @@ def main():
         return 0
     only = [a for a in sys.argv[1:] if not a.startswith("--")]
     try:
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        gpu = gpu_name(cp)
     except Exception as e:
         gpu = f"? ({_exc_text(e)})"
     print(f"# newuser_amp_probe: GPU {gpu}; cupy {cp.__version__}, numpy {np.__version__}, ml_dtypes "
@@ -1604,18 +1602,7 @@ def main():
           f"budget {BUDGET:.0f} s", flush=True)
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     state = {"name": None, "t": time.time()}
-
-    def watchdog():
-        while True:
-            time.sleep(0.5)
-            if time.time() - T0 > HARD:
-                print(f"FAIL {state['name']}: still running {time.time() - state['t']:.0f} s into the check, "
-                      f"{time.time() - T0:.0f} s in all (hung kernel or far too slow); watchdog exit", flush=True)
-                print(f"SUMMARY: {counts['PASS']} passed, {counts['FAIL'] + 1} failed, {counts['SKIP']} skipped "
-                      f"(aborted by the watchdog)", flush=True)
-                os._exit(1)
-
-    threading.Thread(target=watchdog, daemon=True).start()
+    start_watchdog(T0, HARD, state, counts, period=0.5)
     rank = {n: i for i, n in enumerate(ORDER)}
     for name, f, torch_needed, device_timing in sorted(CHECKS, key=lambda t: rank.get(t[0], len(ORDER))):
         if only and not any(s in name for s in only):

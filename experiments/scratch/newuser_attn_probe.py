@@ -34,7 +34,6 @@ import math
 import os
 import re
 import sys
-import threading
 import time
 import warnings
 import zlib
@@ -80,7 +79,7 @@ FLOOR = 1e-6
 SCHEDULES = ("auto", "fa2", "fa1", "standard")
 
 
-from _probe_harness import Fail, Skip, exc_text  # noqa: E402  (experiments/scratch)
+from _probe_harness import Fail, Skip, exc_text, gpu_name, start_watchdog  # noqa: E402  (experiments/scratch)
 
 # ------------------------------------------------------------------------------------------------------------
 # harness (the style of experiments/scratch/newuser_probe.py)
@@ -1469,9 +1468,7 @@ def main():
         return 0
     only = [a for a in sys.argv[1:] if not a.startswith("--")]
     try:
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        gpu += f" (compute capability {cp.cuda.Device().compute_capability})"
+        gpu = gpu_name(cp, with_cc=True)
     except Exception as e:
         gpu = f"? ({_exc_text(e)})"
     print(f"# newuser_attn_probe: GPU {gpu}; cupy {cp.__version__}, numpy {np.__version__}, "
@@ -1479,18 +1476,7 @@ def main():
           flush=True)
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     state = {"name": None, "t": time.time()}
-
-    def watchdog():
-        while True:
-            time.sleep(1.0)
-            if time.time() - T0 > HARD:
-                print(f"FAIL {state['name']}: still running {time.time() - state['t']:.0f} s into the check, "
-                      f"{time.time() - T0:.0f} s in all (hung kernel or far too slow); watchdog exit", flush=True)
-                print(f"SUMMARY: {counts['PASS']} passed, {counts['FAIL'] + 1} failed, {counts['SKIP']} skipped "
-                      f"(aborted by the watchdog)", flush=True)
-                os._exit(1)
-
-    threading.Thread(target=watchdog, daemon=True).start()
+    start_watchdog(T0, HARD, state, counts)
     rank = {n: i for i, n in enumerate(ORDER)}
     for name, f, torch_needed in sorted(CHECKS, key=lambda t: rank.get(t[0], len(ORDER))):
         if only and not any(s in name for s in only):

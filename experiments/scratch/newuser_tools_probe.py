@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -43,7 +42,7 @@ for p in (str(HERE), str(ROOT)):
 
 import numpy as np  # noqa: E402
 
-from _probe_harness import Fail, Skip, exc_text  # noqa: E402  (experiments/scratch)
+from _probe_harness import Fail, Skip, exc_text, gpu_name, start_watchdog  # noqa: E402  (experiments/scratch)
 
 BUDGET = float(os.environ.get("PROBE_BUDGET_S", "90"))
 HARD = float(os.environ.get("PROBE_HARD_S", "170"))
@@ -972,8 +971,7 @@ def main():
         import cupy as cp
 
         if gpu_ok:
-            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-            gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+            gpu = gpu_name(cp)
         else:
             gpu = "none"
         cpv = cp.__version__
@@ -992,23 +990,15 @@ def main():
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     state = {"name": None, "t": time.time()}
 
-    def watchdog():
-        while True:
-            time.sleep(1.0)
-            if time.time() - T0 > HARD:
-                print(f"FAIL {state['name']}: still running {time.time() - state['t']:.0f} s into the check, "
-                      f"{time.time() - T0:.0f} s in all (hung or far too slow); watchdog exit", flush=True)
-                try:
-                    nr = [k for k, v in snapshot().items() if SNAP.get(k) != v]
-                    if nr:
-                        print(f"# files changed under the checkout (not restored): {nr[:8]}", flush=True)
-                except Exception:
-                    pass
-                print(f"SUMMARY: {counts['PASS']} passed, {counts['FAIL'] + 1} failed, {counts['SKIP']} skipped "
-                      f"(aborted by the watchdog)", flush=True)
-                os._exit(1)
+    def report_changed():  # the watchdog's last word: what the run left changed under the checkout
+        try:
+            nr = [k for k, v in snapshot().items() if SNAP.get(k) != v]
+            if nr:
+                print(f"# files changed under the checkout (not restored): {nr[:8]}", flush=True)
+        except Exception:
+            pass
 
-    threading.Thread(target=watchdog, daemon=True).start()
+    start_watchdog(T0, HARD, state, counts, why="hung or far too slow", on_abort=report_changed)
     for name, f, gpu_needed, always in checks:
         if only and not always and not any(s in name for s in only):
             continue
