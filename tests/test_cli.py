@@ -139,11 +139,31 @@ def test_fig2_and_amp_quick_keep_explicit_flags():
     ("amp_training", ["--steps", "0"], "must be a positive integer"),
     ("amp_training", ["--lr", "-0.1"], "must be a positive number"),
     ("amp_training", ["--init-scale", "nan"], "must be a positive number"),
+    ("attention_bwd_bench", ["--rep", "0"], "must be a positive integer"),
+    ("attention_bwd_bench", ["--warmup", "-1"], "must be an integer >= 0"),
+    ("attention_bwd_bench", ["--head-dims", "0"], "must be a positive integer"),
+    ("attention_sm90_bench", ["--rep", "0"], "must be a positive integer"),
+    ("attention_sm90_bench", ["--dtypes", "float32"], "invalid choice: 'float32'"),
+    ("roofline", ["--rep", "0"], "must be a positive integer"),
+    ("softmax_passes", ["--elements", "0"], "must be a positive integer"),
+    ("softmax_passes", ["--cols", "1024,x"], "comma-separated positive integers"),
+    ("softmax_passes", ["--dtypes", "float32,int8"], "'int8' not among"),
+    ("softmax_passes", ["--ncu-timeout", "0"], "must be a positive number"),
+    ("norm_fusion", ["--shapes", "4096x0"], "TOKENSxHIDDEN"),
+    ("norm_fusion", ["--shapes", "4096"], "TOKENSxHIDDEN"),
+    ("norm_fusion", ["--dtypes", "int8"], "'int8' not among"),
+    ("norm_fusion", ["--kinds", "batch"], "'batch' not among layer, rms"),
+    ("traffic_check", ["--timeout", "-5"], "must be a positive number"),
+    ("numerics_reduction_order", ["--n", "0"], "must be a positive integer"),
+    ("numerics_reduction_order", ["--dtypes", "float64"], "'float64' not among"),
+    ("numerics_softmax_overflow", ["--n", "-3"], "must be a positive integer"),
+    ("numerics_variance", ["--n", "0"], "must be a positive integer"),
 ])
 def test_nonsense_arguments_are_usage_errors(name, argv, says, capsys):
+    """Every experiment script's bad flags are argparse usage errors (exit 2) that say what is wrong."""
     mod = _script(name)
     with pytest.raises(SystemExit) as e:
-        mod.parse_args(argv)
+        mod.parse_args(argv) if hasattr(mod, "parse_args") else mod.main(argv)
     assert e.value.code == 2
     assert says in capsys.readouterr().err
 
