@@ -1,7 +1,7 @@
 """Shared pieces of the new-user probes (newuser_probe.py, newuser_attn_probe.py, newuser_amp_probe.py,
-newuser_tools_probe.py): the step outcomes, how an unexpected exception is reported, the GPU's name for the header
-line and the watchdog that ends a hung run. Each probe keeps its own Check class and check loop (their steps record
-skips, notes and deadlines differently)."""
+newuser_tools_probe.py): the step outcomes, how an unexpected exception is reported, the GPU's name for the
+header line, the watchdog that ends a hung run and the check that a call raises a clear error. Each probe keeps
+its own Check class and check loop (their steps record skips, notes and deadlines differently)."""
 import os
 import threading
 import time
@@ -55,3 +55,20 @@ def start_watchdog(t0, hard, state, counts, why="hung kernel or far too slow", o
                 os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def raises_naming(what, exc, words, call, describe, exc_text_of):
+    """``call()`` must raise ``exc`` whose message contains every word of ``words`` (case-insensitive; a word "a|b"
+    is satisfied by either); returns the exception, else raises Fail. ``describe(r)`` shows a value returned
+    instead, ``exc_text_of(e)`` an exception of another type (each probe's own)."""
+    try:
+        r = call()
+    except exc as e:
+        msg = str(e)
+        missing = [w for w in words if not any(a.lower() in msg.lower() for a in w.split("|"))]
+        if missing:
+            raise Fail(f"{what}: {type(e).__name__} raised, but its message does not name {missing}: {msg[:300]!r}")
+        return e
+    except Exception as e:
+        raise Fail(f"{what}: expected {exc.__name__} naming {list(words)}, got {exc_text_of(e)}")
+    raise Fail(f"{what}: expected {exc.__name__} naming {list(words)}, got no error (returned {describe(r)})")

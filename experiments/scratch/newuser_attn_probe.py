@@ -79,7 +79,8 @@ FLOOR = 1e-6
 SCHEDULES = ("auto", "fa2", "fa1", "standard")
 
 
-from _probe_harness import Fail, Skip, exc_text, gpu_name, start_watchdog  # noqa: E402  (experiments/scratch)
+from _probe_harness import (Fail, Skip, exc_text, gpu_name, raises_naming,  # noqa: E402  (experiments/scratch)
+                            start_watchdog)
 
 # ------------------------------------------------------------------------------------------------------------
 # harness (the style of experiments/scratch/newuser_probe.py)
@@ -206,19 +207,8 @@ def same_bits(what, a, b):
 
 
 def expect_error(what, exc, words, fn, *args, **kwargs):
-    """fn(*args, **kwargs) must raise ``exc`` whose message contains every word of ``words`` (case-insensitive; a
-    word "a|b" is satisfied by either)."""
-    try:
-        r = fn(*args, **kwargs)
-    except exc as e:
-        msg = str(e)
-        missing = [w for w in words if not any(a.lower() in msg.lower() for a in w.split("|"))]
-        if missing:
-            raise Fail(f"{what}: {type(e).__name__} raised, but its message does not name {missing}: {msg[:300]!r}")
-        return e
-    except Exception as e:
-        raise Fail(f"{what}: expected {exc.__name__} naming {list(words)}, got {_exc_text(e)}")
-    raise Fail(f"{what}: expected {exc.__name__} naming {list(words)}, got no error (returned {desc(r)})")
+    """fn(*args, **kwargs) must raise ``exc`` whose message names every word of ``words`` (_probe_harness)."""
+    return raises_naming(what, exc, words, lambda: fn(*args, **kwargs), desc, _exc_text)
 
 
 def desc(a):
