@@ -681,9 +681,9 @@ __global__ void __cluster_dims__(CL, 1, 1)
 // Here each thread stages its vectors of the next STAGES - 1 rows in shared memory with cp.async (no registers
 // while in flight) and works on the current row from shared memory: the loads of later rows overlap the
 // statistics and the stores of this one.
-//   WARP: a warp per row (blockDim.x / 32 rows per block at a time), STAGES = 3; else a block per row, STAGES = 3
-//   where three rows fit in shared memory (two rows in flight while one is worked on: with one 512-thread block
-//   an SM, the bytes in flight per SM are what the stages ahead hold), else 2.
+//   WARP: a warp per row (blockDim.x / 32 rows per block at a time), STAGES = 3; else a block per row, STAGES as
+//   the planner sets it (norm.STREAM_STAGES: 2, the next row in flight while one is worked on; 3 where three fit).
+//   The copies go through L1 (cp.async.ca): by .cg, L2 served each sector twice (cuflash/async_copy.cuh).
 //   Thread t of a row's G threads owns vectors v = k * G + t, k < nvr. Each thread reads back only the shared
 //   slots it filled itself, so cp.async.wait_group alone orders them (no barrier). Slot layout
 //   [stage][k][thread] keeps a warp's 16-byte accesses on distinct banks. With RES the stage also holds the
@@ -735,8 +735,8 @@ __global__ void __launch_bounds__(WARP ? 256 : 512, WARP ? 2 : 1) norm_fwd_strea
     for (int k = 0; k < nvr; ++k) {
       const int v = k * G + t;
       if (v < body) {
-        cp_async_16(s0 + k * kstride, x + off + (i64)v * VEC, true);
-        if (RES) cp_async_16(s0 + (nvr + k) * kstride, res + off + (i64)v * VEC, true);
+        cp_async_l1_16(s0 + k * kstride, x + off + (i64)v * VEC, true);
+        if (RES) cp_async_l1_16(s0 + (nvr + k) * kstride, res + off + (i64)v * VEC, true);
       }
     }
   };

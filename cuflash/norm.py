@@ -75,8 +75,12 @@ STREAM_MIN_VECS = 4096       # streamed only rows of at least this many 16-byte 
                              # float32 8K 0.940 -> 0.870, bf16 8K 0.903 -> 0.777, logs/norm_streammin_ab_e9d009d.json)
 STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp per row (4 KiB rows)
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
-STREAM_STAGES = 3            # block path: rows staged in shared memory (this one and the next two) where three
-                             # fit, else 2; 2: always two (as before)
+STREAM_STAGES = 2            # block path: rows staged in shared memory (this one and the next one; 3: the next
+                             # two where three fit, else 2). Three gained 1-2 % before the row ticket (e1f56d8);
+                             # with it two lead by 1.3-1.8 % (bf16 32K 0.864 -> 0.877 of copy, float32 16K 0.873 ->
+                             # 0.886, six rounds, logs/ln_issue_branchfree_*_facc1d9.json), and with the copies
+                             # through L1 by 6-7 % (16-bit 32K 0.86 -> 0.92; float32 16K even, 0.93;
+                             # logs/ln_ca_*_facc1d9.json)
 STREAM_TICKET = True         # norm_fwd_stream's blocks claim their rows from a counter as they go (per device and
                              # stream, reset by the last block out); False: a fixed share, grid-stride. With the
                              # fixed share the blocks of float32 LayerNorm 16K (31 rows each) ended 106-144 us in,

@@ -638,16 +638,16 @@ def test_forward_matches_reference(cp, rng, kind, dt, hidden):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
-@pytest.mark.parametrize("path", ["registers", "registers-strided", "stream", "stream-2stages", "stream-fixed"])
+@pytest.mark.parametrize("path", ["registers", "registers-strided", "stream", "stream-3stages", "stream-fixed"])
 def test_forward_paths_rows_and_grid_stride(cp, rng, monkeypatch, kind, dt, path):
     """Both forward kernels at row counts that leave the last block partly empty and make blocks stride over
     rows: the register kernel (warp per row up to 3 KiB, WARP_ROWS rows a block; block per row above;
     ``registers-strided`` caps its grid at one wave) and the streamed kernel (whole-vector rows, persistent
-    grid: warp per row up to 4 KiB, block per row above, with three rows staged, or two: ``stream-2stages``;
+    grid: warp per row up to 4 KiB, block per row above, with two rows staged, or three: ``stream-3stages``;
     rows claimed from the ticket, or ``stream-fixed``: a fixed share a block)."""
     monkeypatch.setattr(norm, "STREAM", path.startswith("stream"))
     monkeypatch.setattr(norm, "STREAM_TICKET", path != "stream-fixed")
-    monkeypatch.setattr(norm, "STREAM_STAGES", 2 if path == "stream-2stages" else 3)
+    monkeypatch.setattr(norm, "STREAM_STAGES", 3 if path == "stream-3stages" else 2)
     monkeypatch.setattr(norm, "STREAM_MIN_VECS", 0)  # every whole-vector row length streams
     monkeypatch.setattr(norm, "FWD_WAVES", 1 if path == "registers-strided" else 0)
     hiddens = (8, 129, 511, 767, 1023, 1024, 1025, 2048, 4096, 12288)  # float32 767: 6 vectors a lane (warp path)
