@@ -8,7 +8,7 @@ it under the name the device's CuPy computes from the device's paths, so a GPU c
 changed ``cuda_src/``). The entries are byte-identical to the device's own when the CuPy and NVRTC versions
 match (checked at 14.2 / 13.0); a mismatch only costs a compile there.
 
-    python experiments/kcache_offline.py OUTDIR [--jobs N] [--match SUBSTR]
+    python experiments/kcache_offline.py OUTDIR [--jobs N] [--match SUBSTR] [--any-nvrtc]
     (cd OUTDIR && tar czf - . | split -b 15m - ../.kc/kc.tgz.)      # then carry [".kc"]
 
 DEVICE_SITE / DEVICE_CUDA_INCLUDE / DEVICE_ROOT below are the device's paths; the source tree is read when each
@@ -30,6 +30,10 @@ DEVICE_SITE = "/opt/torch/.venv/lib/python3.12/site-packages"
 # source tree run there beside it (experiments/scratch/ab_tree.sh: /work/main/abm)
 DEVICE_ROOT = os.environ.get("CUFLASH_DEVICE_ROOT", "/work/main")
 DEVICE_CUDA_INCLUDE = DEVICE_SITE + "/nvidia/cu13/include"
+# CuPy's cache key holds NVRTC's version: entries built by another NVRTC all miss on the device, which then compiles
+# every kernel (a 2026-12-01 call: NVRTC 13.5 here against 13.0 there, 360 s of warm-up). Pin it in the build venv:
+#   pip install "nvidia-cuda-nvrtc==13.0.*" "nvidia-cuda-runtime==13.0.*"
+DEVICE_NVRTC = (13, 0)
 
 # No driver here: CuPy's architecture queries answer sm_90.
 cc._get_arch = lambda: ARCH
@@ -117,6 +121,12 @@ def main(argv):
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     outdir = argv[0]
+    from cupy_backends.cuda.libs import nvrtc
+
+    if tuple(nvrtc.getVersion()) != DEVICE_NVRTC and "--any-nvrtc" not in argv:
+        print(f"kcache_offline: NVRTC {nvrtc.getVersion()} here, the device's is {DEVICE_NVRTC}: its cache keys would "
+              "all miss there. Install that NVRTC (see DEVICE_NVRTC) or pass --any-nvrtc.", file=sys.stderr)
+        return 2
     jobs = int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else os.cpu_count()
     match = argv[argv.index("--match") + 1] if "--match" in argv else None
     os.makedirs(outdir, exist_ok=True)
