@@ -47,6 +47,19 @@ sweep_rounds() {
     timeout 90 python "experiments/$1" $4 --name "$2_here_$r" > /dev/null 2>&1
   done
 }
+# probe_vs_tree SCRIPT PREFIX ROUNDS [LIMIT]: experiments/scratch/SCRIPT PREFIX_{tree,here}_<round> with main's
+# cuflash (abm/ on PYTHONPATH) and this one, ROUNDS times interleaved (LIMIT seconds each, default 120); results in
+# experiments/results/, packed after each round (the loop of ln_shift_call.sh, ln_issue_call.sh, ca_call.sh).
+probe_vs_tree() {
+  for r in $(seq "$3"); do
+    echo "== tree round $r"
+    PYTHONPATH=$PWD/abm timeout "${4:-120}" python "experiments/scratch/$1" "$2_tree_$r"
+    cp abm/experiments/results/"$2_tree_$r".* experiments/results/ 2>/dev/null
+    echo "== here round $r"
+    timeout "${4:-120}" python "experiments/scratch/$1" "$2_here_$r"
+    pack
+  done
+}
 # norm_vs_tree NAME ROUNDS ARGS: same-run A/B of experiments/norm_sweep.py ARGS, main's tree (abm/) against this one,
 # ROUNDS times interleaved, into experiments/results/NAME_{tree,here}_<round>.json; prints tree / here fractions of
 # copy and their ratio, with the max abs errors, per (op, kind, dtype, hidden).

@@ -3,14 +3,7 @@
 # kernel, or the sources the probe uses) and here, ROUNDS interleaved; carry ["abm", ".kc"].
 . experiments/scratch/_call_env.sh
 export PATH=/opt/torch/.venv/bin:$PATH
-for r in $(seq "${ROUNDS:-2}"); do
-  echo "== tree round $r"
-  PYTHONPATH=$PWD/abm timeout 150 python experiments/scratch/ca_ab.py ca_tree_$r
-  cp abm/experiments/results/ca_tree_$r.* experiments/results/ 2>/dev/null
-  echo "== here round $r"
-  timeout 150 python experiments/scratch/ca_ab.py ca_here_$r
-  pack
-done
+probe_vs_tree ca_ab.py ca "${ROUNDS:-2}" 150
 python - <<'PY'
 import glob, json
 def load(p):

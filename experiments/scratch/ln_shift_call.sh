@@ -3,14 +3,7 @@
 # MATCH=norm_fwd experiments/scratch/ab_tree.sh), ROUNDS interleaved rounds; carry ["abm", ".kc"].
 . experiments/scratch/_call_env.sh
 export PATH=/opt/torch/.venv/bin:$PATH
-for r in $(seq "${ROUNDS:-3}"); do
-  echo "== tree round $r"
-  PYTHONPATH=$PWD/abm timeout 120 python experiments/scratch/ln_shift_ab.py ln_shift_tree_$r
-  cp abm/experiments/results/ln_shift_tree_$r.* experiments/results/ 2>/dev/null
-  echo "== here round $r"
-  timeout 120 python experiments/scratch/ln_shift_ab.py ln_shift_here_$r
-  pack
-done
+probe_vs_tree ln_shift_ab.py ln_shift "${ROUNDS:-3}"
 python - <<'PY'
 import glob, json
 def load(p):
