@@ -77,8 +77,8 @@ STREAM_WARP_MAX_VECS = 256   # rows of at most this many 16-byte vectors: a warp
 STREAM_VECS_PER_THREAD = 4   # block path: threads per row = vectors / this (at most MAX_THREADS)
 STREAM_STAGES = 2            # block path: rows staged in shared memory (this one and the next one; 3: the next
                              # two where three fit, else 2). Three gained 1-2 % before the row ticket (e1f56d8);
-                             # with it two lead by 1.3-1.8 % (bf16 32K 0.864 -> 0.877 of copy, float32 16K 0.873 ->
-                             # 0.886, six rounds, logs/ln_issue_branchfree_*_facc1d9.json), and with the copies
+                             # with it two lead by 1.4-2.4 % (bf16 32K 0.864 -> 0.877 of copy, float32 16K 0.873 ->
+                             # 0.886, six runs, logs/ln_issue_branchfree_*_facc1d9.json), and with the copies
                              # through L1 by 6-7 % (16-bit 32K 0.86 -> 0.92; float32 16K even, 0.93;
                              # logs/ln_ca_*_facc1d9.json)
 STREAM_TICKET = True         # norm_fwd_stream's blocks claim their rows from a counter as they go (per device and
