@@ -17,14 +17,25 @@ TOOL = shutil.which("nvdisasm") or next(iter(glob.glob(os.path.join(
     os.path.dirname(nvrtc.__file__), "..", "..", "..", "nvidia", "cu13", "bin", "nvdisasm"))), None)
 
 
+def cubin(source: str, names, extra_options=()) -> bytes:
+    """The cubin of instantiations ``names`` of ``cuda_src/<source>`` in one NVRTC program (package options, as
+    launched: -ftz=true, sm_90 unless the options name an architecture)."""
+    opts = list(_compile.options(tuple(extra_options))) + ["-ftz=true"]
+    if not any(o.startswith(("--gpu-architecture", "-arch")) for o in opts):
+        opts.append("--gpu-architecture=sm_90")
+    prog = nvrtc.createProgram((_compile.SRC_DIR / source).read_text(), source, [], [])
+    for n in names:
+        nvrtc.addNameExpression(prog, n)
+    nvrtc.compileProgram(prog, opts)
+    out = nvrtc.getCUBIN(prog)
+    nvrtc.destroyProgram(prog)
+    return out
+
+
 def sass(source: str, name: str, extra_options=()) -> str:
     """nvdisasm's listing of instantiation ``name`` of ``cuda_src/<source>``."""
-    prog = nvrtc.createProgram((_compile.SRC_DIR / source).read_text(), source, [], [])
-    nvrtc.addNameExpression(prog, name)
-    nvrtc.compileProgram(prog, list(_compile.options(tuple(extra_options))) + ["-ftz=true"])
-    cubin = nvrtc.getCUBIN(prog)
-    nvrtc.destroyProgram(prog)
+    cubin_ = cubin(source, [name], extra_options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin + b"\0")  # getCUBIN drops the trailing byte of the ELF image
+        f.write(cubin_ + b"\0")  # getCUBIN drops the trailing byte of the ELF image
         f.flush()
         return subprocess.run([TOOL, "-c", f.name], capture_output=True, text=True).stdout
